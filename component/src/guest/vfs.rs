@@ -1,0 +1,117 @@
+//! [`WitVfs`]: the engine's `Vfs`, served by the host through the `stele:log/vfs` imports.
+
+use crate::vfs::{OpenMode, SyncKind, Vfs, VfsError, VfsFile};
+
+use super::stele::log::vfs as wit;
+
+/// The `Vfs` of the component: every call crosses to the host.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct WitVfs;
+
+/// An open file handle owned by the host's resource table.
+#[derive(Debug)]
+pub struct WitFile(wit::File);
+
+// SAFETY: wasm32-wasip2 components run on one thread; no handle is ever shared across threads.
+// The engine's traits require Send + Sync for the native thread driver.
+unsafe impl Send for WitFile {}
+unsafe impl Sync for WitFile {}
+
+pub(crate) fn from_wit(err: wit::VfsError) -> VfsError {
+    match err {
+        wit::VfsError::NotFound => VfsError::NotFound,
+        wit::VfsError::AlreadyExists => VfsError::AlreadyExists,
+        wit::VfsError::NoSpace => VfsError::NoSpace,
+        wit::VfsError::InvalidPath(p) => VfsError::InvalidPath(p),
+        wit::VfsError::PermissionDenied => VfsError::PermissionDenied,
+        wit::VfsError::TooManyHandles => VfsError::TooManyHandles,
+        wit::VfsError::InvalidInput(m) => VfsError::InvalidInput(m),
+        wit::VfsError::Io(m) => VfsError::Io(m),
+    }
+}
+
+pub(crate) fn to_wit(err: VfsError) -> wit::VfsError {
+    match err {
+        VfsError::NotFound => wit::VfsError::NotFound,
+        VfsError::AlreadyExists => wit::VfsError::AlreadyExists,
+        VfsError::NoSpace => wit::VfsError::NoSpace,
+        VfsError::InvalidPath(p) => wit::VfsError::InvalidPath(p),
+        VfsError::PermissionDenied => wit::VfsError::PermissionDenied,
+        VfsError::TooManyHandles => wit::VfsError::TooManyHandles,
+        VfsError::InvalidInput(m) => wit::VfsError::InvalidInput(m),
+        VfsError::Io(m) => wit::VfsError::Io(m),
+    }
+}
+
+/// The most bytes one `read-at` asks the host for. The host caps reads too; asking for more
+/// than it serves would only be answered short.
+const READ_BYTES_MAX: usize = 4 << 20;
+
+impl VfsFile for WitFile {
+    fn len(&self) -> Result<u64, VfsError> {
+        self.0.len().map_err(from_wit)
+    }
+
+    fn read_at(&self, offset: u64, buf: &mut [u8]) -> Result<usize, VfsError> {
+        let want = buf.len().min(READ_BYTES_MAX);
+        let bytes = self.0.read_at(offset, want as u64).map_err(from_wit)?;
+        if bytes.len() > want {
+            return Err(VfsError::Io(format!(
+                "host returned {} bytes for a read of {want}",
+                bytes.len()
+            )));
+        }
+        buf[..bytes.len()].copy_from_slice(&bytes);
+        Ok(bytes.len())
+    }
+
+    fn write_at(&self, offset: u64, data: &[u8]) -> Result<(), VfsError> {
+        self.0.write_at(offset, data).map_err(from_wit)
+    }
+
+    fn set_len(&self, len: u64) -> Result<(), VfsError> {
+        self.0.set_len(len).map_err(from_wit)
+    }
+
+    fn sync(&self, kind: SyncKind) -> Result<(), VfsError> {
+        let kind = match kind {
+            SyncKind::Data => wit::SyncKind::Data,
+            SyncKind::Full => wit::SyncKind::Full,
+            SyncKind::Barrier => wit::SyncKind::Barrier,
+        };
+        self.0.sync(kind).map_err(from_wit)
+    }
+}
+
+impl Vfs for WitVfs {
+    fn open(&self, path: &str, mode: OpenMode) -> Result<Box<dyn VfsFile>, VfsError> {
+        let mode = match mode {
+            OpenMode::Existing => wit::OpenMode::Existing,
+            OpenMode::Create => wit::OpenMode::Create,
+            OpenMode::CreateNew => wit::OpenMode::CreateNew,
+            OpenMode::Truncate => wit::OpenMode::Truncate,
+        };
+        let file = wit::open(path, mode).map_err(from_wit)?;
+        Ok(Box::new(WitFile(file)))
+    }
+
+    fn rename(&self, from: &str, to: &str) -> Result<(), VfsError> {
+        wit::rename(from, to).map_err(from_wit)
+    }
+
+    fn sync_dir(&self, dir: &str) -> Result<(), VfsError> {
+        wit::sync_dir(dir).map_err(from_wit)
+    }
+
+    fn remove(&self, path: &str) -> Result<(), VfsError> {
+        wit::remove(path).map_err(from_wit)
+    }
+
+    fn exists(&self, path: &str) -> Result<bool, VfsError> {
+        wit::exists(path).map_err(from_wit)
+    }
+
+    fn list(&self, dir: &str) -> Result<Vec<String>, VfsError> {
+        wit::list_dir(dir).map_err(from_wit)
+    }
+}

@@ -1,0 +1,295 @@
+//! The `stele:log/wal` export: a thin shell that converts WIT values and errors and calls
+//! [`crate::wal::WalWriter`].
+
+use std::cell::RefCell;
+
+use crate::header::HeaderError;
+use crate::wal::{
+    DurabilityPolicy, LogSeq, Recovery, RecoveryEnd, WalOpenError, WalOptions, WalReader,
+    WalRetireError, WalWriteError, WalWriter,
+};
+
+use super::Component;
+use super::exports::stele::log::wal as wit;
+use super::vfs::{WitVfs, to_wit};
+
+pub struct GuestWriter(WalWriter);
+
+/// Interior mutability because WIT methods take `&self`; the component is single-threaded.
+pub struct GuestReader(RefCell<WalReader>);
+
+/// The most records one `next-batch` returns, whatever the caller asks: bounds the list the
+/// host must lift in one call.
+const READ_BATCH_RECORDS_MAX: u32 = 4096;
+
+fn options(o: wit::WalOptions) -> Result<WalOptions, wit::WalError> {
+    let max_group_bytes = match o.max_group_bytes {
+        None => None,
+        Some(b) => Some(usize::try_from(b).map_err(|_| {
+            wit::WalError::GroupTooLarge(wit::SizeLimit {
+                actual: b,
+                limit: u32::MAX.into(),
+            })
+        })?),
+    };
+    Ok(WalOptions {
+        policy: match o.policy {
+            wit::DurabilityPolicy::FullSync => DurabilityPolicy::FullSync,
+            wit::DurabilityPolicy::Barrier => DurabilityPolicy::Barrier,
+            wit::DurabilityPolicy::Skip => DurabilityPolicy::Skip,
+        },
+        first_seq: LogSeq(o.first_seq),
+        max_group_bytes,
+        retained_bytes_max: usize::try_from(o.retained_bytes_max).unwrap_or(usize::MAX),
+    })
+}
+
+fn size(actual: usize, limit: usize) -> wit::SizeLimit {
+    wit::SizeLimit {
+        actual: actual as u64,
+        limit: limit as u64,
+    }
+}
+
+fn write_error(err: WalWriteError) -> wit::WalError {
+    match err {
+        WalWriteError::Failed { cause } => wit::WalError::Failed(to_wit(cause)),
+        WalWriteError::Poisoned { cause } => wit::WalError::Poisoned(to_wit(cause)),
+        WalWriteError::GroupTooLarge {
+            encoded_bytes,
+            max_group_bytes,
+        } => wit::WalError::GroupTooLarge(size(encoded_bytes, max_group_bytes)),
+        WalWriteError::PayloadTooLarge {
+            payload_bytes,
+            payload_bytes_max,
+        } => wit::WalError::PayloadTooLarge(size(payload_bytes, payload_bytes_max)),
+        WalWriteError::RetentionFull {
+            batch_bytes,
+            retained_bytes,
+            retained_bytes_max,
+        } => wit::WalError::RetentionFull(wit::RetentionFull {
+            batch_bytes: batch_bytes as u64,
+            retained_bytes: retained_bytes as u64,
+            retained_bytes_max: retained_bytes_max as u64,
+        }),
+    }
+}
+
+fn header_error(err: HeaderError) -> wit::HeaderError {
+    match err {
+        HeaderError::TooShort { len } => wit::HeaderError::TooShort(len),
+        HeaderError::BadMagic => wit::HeaderError::BadMagic,
+        HeaderError::Checksum => wit::HeaderError::Checksum,
+        HeaderError::WrongFamily { found, expected } => {
+            wit::HeaderError::WrongFamily(wit::HeaderMismatch {
+                found: found.into(),
+                expected: expected.into(),
+            })
+        }
+        HeaderError::UnsupportedVersion { found, supported } => {
+            wit::HeaderError::UnsupportedVersion(wit::HeaderMismatch {
+                found: found.into(),
+                expected: supported.into(),
+            })
+        }
+        HeaderError::NonzeroReserved => wit::HeaderError::NonzeroReserved,
+    }
+}
+
+fn open_error(err: WalOpenError) -> wit::WalError {
+    match err {
+        WalOpenError::Vfs(e) => wit::WalError::Vfs(to_wit(e)),
+        WalOpenError::NotEmpty { len } => wit::WalError::NotEmpty(len),
+        WalOpenError::BadHeader(h) => wit::WalError::BadHeader(header_error(h)),
+        WalOpenError::Corrupt {
+            offset,
+            valid_record_at,
+        } => wit::WalError::Corrupt(wit::Corruption {
+            offset,
+            valid_record_at,
+        }),
+        WalOpenError::MalformedRecord { offset } => wit::WalError::MalformedRecord(offset),
+        WalOpenError::SeqGap {
+            offset,
+            expected,
+            found,
+        } => wit::WalError::SeqGap(wit::SeqGap {
+            offset,
+            expected,
+            found,
+        }),
+    }
+}
+
+fn retire_error(err: WalRetireError) -> wit::WalError {
+    match err {
+        WalRetireError::BeyondDurable {
+            requested,
+            durable_end,
+        } => wit::WalError::BeyondDurable(wit::BeyondDurable {
+            requested: requested.0,
+            durable_end: durable_end.0,
+        }),
+    }
+}
+
+fn recovery(r: Recovery) -> wit::Recovery {
+    wit::Recovery {
+        first_seq: r.first_seq.0,
+        next_seq: r.next_seq.0,
+        records: r.records,
+        valid_end: r.valid_end,
+        file_len: r.file_len,
+        end: match r.end {
+            RecoveryEnd::NewLog => wit::RecoveryEnd::NewLog,
+            RecoveryEnd::Clean => wit::RecoveryEnd::Clean,
+            RecoveryEnd::TornTail => wit::RecoveryEnd::TornTail,
+        },
+    }
+}
+
+fn range(r: std::ops::Range<LogSeq>) -> wit::SeqRange {
+    wit::SeqRange {
+        start: r.start.0,
+        end: r.end.0,
+    }
+}
+
+fn batch(records: &[wit::CommitRecord]) -> Vec<(u16, &[u8])> {
+    records
+        .iter()
+        .map(|r| (r.op, r.payload.as_slice()))
+        .collect()
+}
+
+impl wit::Guest for Component {
+    type Writer = GuestWriter;
+    type Reader = GuestReader;
+}
+
+impl wit::GuestReader for GuestReader {
+    fn open(path: String) -> Result<wit::Reader, wit::WalError> {
+        let reader = WalReader::open(&WitVfs, &path).map_err(open_error)?;
+        Ok(wit::Reader::new(GuestReader(RefCell::new(reader))))
+    }
+
+    fn next_batch(&self, max_records: u32) -> Result<Vec<wit::VisibleRecord>, wit::WalError> {
+        let mut reader = self.0.borrow_mut();
+        let mut out = Vec::new();
+        while out.len() < max_records.min(READ_BATCH_RECORDS_MAX) as usize {
+            match reader.next_record().map_err(open_error)? {
+                Some(r) => out.push(wit::VisibleRecord {
+                    seq: r.seq.0,
+                    op: r.op,
+                    payload: r.payload.to_vec(),
+                }),
+                None => break,
+            }
+        }
+        Ok(out)
+    }
+
+    fn recovery(&self) -> Option<wit::Recovery> {
+        self.0.borrow().recovery().map(recovery)
+    }
+}
+
+impl wit::GuestWriter for GuestWriter {
+    fn create(path: String, options: wit::WalOptions) -> Result<wit::Writer, wit::WalError> {
+        let writer =
+            WalWriter::create_with(&WitVfs, &path, self::options(options)?).map_err(open_error)?;
+        Ok(wit::Writer::new(GuestWriter(writer)))
+    }
+
+    fn open(
+        path: String,
+        options: wit::WalOptions,
+    ) -> Result<(wit::Writer, wit::Recovery), wit::WalError> {
+        let (writer, rec) =
+            WalWriter::open_with(&WitVfs, &path, self::options(options)?).map_err(open_error)?;
+        Ok((wit::Writer::new(GuestWriter(writer)), recovery(rec)))
+    }
+
+    fn commit(&self, op: u16, payload: Vec<u8>) -> Result<u64, wit::WalError> {
+        self.0
+            .commit(op, &payload)
+            .map(|s| s.0)
+            .map_err(write_error)
+    }
+
+    fn commit_durable(&self, op: u16, payload: Vec<u8>) -> Result<u64, wit::WalError> {
+        self.0
+            .commit_durable(op, &payload)
+            .map(|s| s.0)
+            .map_err(write_error)
+    }
+
+    fn commit_many(&self, records: Vec<wit::CommitRecord>) -> Result<wit::SeqRange, wit::WalError> {
+        self.0
+            .commit_many(&batch(&records))
+            .map(range)
+            .map_err(write_error)
+    }
+
+    fn commit_many_durable(
+        &self,
+        records: Vec<wit::CommitRecord>,
+    ) -> Result<wit::SeqRange, wit::WalError> {
+        self.0
+            .commit_many_durable(&batch(&records))
+            .map(range)
+            .map_err(write_error)
+    }
+
+    fn flush(&self) -> Result<(), wit::WalError> {
+        self.0.flush().map_err(write_error)
+    }
+
+    fn visible_records(
+        &self,
+        first_seq: u64,
+        limit: u32,
+    ) -> Result<Vec<wit::VisibleRecord>, wit::WalError> {
+        Ok(self
+            .0
+            .visible_records(LogSeq(first_seq), limit as usize)
+            .into_iter()
+            .map(|r| wit::VisibleRecord {
+                seq: r.seq.0,
+                op: r.op,
+                payload: r.payload.to_vec(),
+            })
+            .collect())
+    }
+
+    fn retire_visible_through(
+        &self,
+        absorbed_through: u64,
+    ) -> Result<wit::Retirement, wit::WalError> {
+        let r = self
+            .0
+            .retire_visible_through(LogSeq(absorbed_through))
+            .map_err(retire_error)?;
+        Ok(wit::Retirement {
+            records: r.records,
+            bytes: r.bytes,
+            retained_bytes: r.retained_bytes,
+        })
+    }
+
+    fn stats(&self) -> wit::WalStats {
+        let s = self.0.stats();
+        wit::WalStats {
+            groups: s.groups,
+            records: s.records,
+            bytes: s.bytes,
+            syncs: s.syncs,
+            dir_syncs: s.dir_syncs,
+            group_records_histogram: s.group_records_histogram.to_vec(),
+            durable_end: s.durable_end.0,
+            visible_end: s.visible_end.0,
+            retained_bytes: s.retained_bytes,
+            retained_records: s.retained_records,
+        }
+    }
+}

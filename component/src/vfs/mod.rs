@@ -1,0 +1,142 @@
+//! The storage seam. Every byte the engine reads or writes goes through [`Vfs`] and [`VfsFile`],
+//! so one engine runs on the host's real filesystem, on the fault-injecting filesystem, in
+//! memory, and inside the component over the WIT `stele:log/vfs` imports.
+//!
+//! Paths are root-relative, `/`-separated UTF-8 strings, because they cross the WIT boundary as
+//! `string`. A backend decides what the root is and refuses paths that leave it.
+//!
+//! What this module promises: the traits say nothing about durability beyond what
+//! [`VfsFile::sync`] and [`Vfs::sync_dir`] document; the engine alone decides when to call them.
+
+mod mem;
+
+pub use mem::MemVfs;
+
+use std::fmt;
+
+/// What a [`VfsFile::sync`] makes durable.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum SyncKind {
+    /// `fdatasync`: the data, and the metadata needed to read it back (the length).
+    Data,
+    /// `fsync`: data and all metadata.
+    Full,
+    /// An ordering barrier: `F_BARRIERFSYNC` on macOS; on Linux backends issue `fdatasync`,
+    /// which makes this the same promise as [`SyncKind::Data`] there.
+    Barrier,
+}
+
+/// How [`Vfs::open`] treats an existing or missing file.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum OpenMode {
+    /// The file must exist.
+    Existing,
+    /// Open the file, creating it empty if missing.
+    Create,
+    /// Create the file; fail with [`VfsError::AlreadyExists`] if it exists.
+    CreateNew,
+    /// Open or create the file and cut it to zero bytes.
+    Truncate,
+}
+
+/// A failed storage operation. Cloneable, because a poisoned writer hands the same cause to
+/// every caller it refuses.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum VfsError {
+    #[error("not found")]
+    NotFound,
+    #[error("already exists")]
+    AlreadyExists,
+    #[error("no space left on device")]
+    NoSpace,
+    #[error("invalid path: {0}")]
+    InvalidPath(String),
+    #[error("permission denied")]
+    PermissionDenied,
+    #[error("too many open files for this instance")]
+    TooManyHandles,
+    #[error("invalid input: {0}")]
+    InvalidInput(String),
+    #[error("I/O error: {0}")]
+    Io(String),
+}
+
+impl VfsError {
+    /// Maps a `std::io::Error` onto the typed kinds the WIT contract carries.
+    pub fn from_io(err: &std::io::Error) -> Self {
+        use std::io::ErrorKind;
+        match err.kind() {
+            ErrorKind::NotFound => VfsError::NotFound,
+            ErrorKind::AlreadyExists => VfsError::AlreadyExists,
+            ErrorKind::PermissionDenied => VfsError::PermissionDenied,
+            ErrorKind::StorageFull | ErrorKind::QuotaExceeded => VfsError::NoSpace,
+            ErrorKind::InvalidInput => VfsError::InvalidInput(err.to_string()),
+            _ => VfsError::Io(err.to_string()),
+        }
+    }
+}
+
+/// One open file. Offsets are absolute; there is no cursor, so concurrent readers need no lock.
+#[allow(clippy::len_without_is_empty)] // a fallible length; emptiness is never asked alone
+pub trait VfsFile: Send + Sync + fmt::Debug {
+    /// The file's length in bytes.
+    fn len(&self) -> Result<u64, VfsError>;
+    /// Reads up to `buf.len()` bytes at `offset`; fewer only at end of file. Returns the count.
+    fn read_at(&self, offset: u64, buf: &mut [u8]) -> Result<usize, VfsError>;
+    /// Writes all of `data` at `offset`, extending the file if needed. Not durable until `sync`.
+    fn write_at(&self, offset: u64, data: &[u8]) -> Result<(), VfsError>;
+    /// Truncates, or extends with zeros, to `len` bytes. Not durable until `sync`.
+    fn set_len(&self, len: u64) -> Result<(), VfsError>;
+    /// Makes earlier writes and `set_len`s durable, as `kind` says. After an `Err`, nothing may be
+    /// assumed about which earlier writes are durable (fsyncgate): callers must stop trusting
+    /// the file.
+    fn sync(&self, kind: SyncKind) -> Result<(), VfsError>;
+
+    /// Reads exactly `buf.len()` bytes at `offset`, or fails with `Io` on a short file.
+    fn read_exact_at(&self, mut offset: u64, mut buf: &mut [u8]) -> Result<(), VfsError> {
+        while !buf.is_empty() {
+            let n = self.read_at(offset, buf)?;
+            if n == 0 {
+                return Err(VfsError::Io(format!(
+                    "unexpected end of file at offset {offset}"
+                )));
+            }
+            offset += n as u64;
+            buf = &mut buf[n..];
+        }
+        Ok(())
+    }
+}
+
+/// A namespace of files under one root.
+pub trait Vfs: Send + Sync + fmt::Debug {
+    fn open(&self, path: &str, mode: OpenMode) -> Result<Box<dyn VfsFile>, VfsError>;
+    /// Atomically replaces `to` with `from`. Durable only after [`Vfs::sync_dir`] of the parent.
+    fn rename(&self, from: &str, to: &str) -> Result<(), VfsError>;
+    /// Makes creates, renames and removes in directory `dir` durable. `""` is the root.
+    fn sync_dir(&self, dir: &str) -> Result<(), VfsError>;
+    fn remove(&self, path: &str) -> Result<(), VfsError>;
+    fn exists(&self, path: &str) -> Result<bool, VfsError>;
+    /// Entry names in directory `dir`, sorted.
+    fn list(&self, dir: &str) -> Result<Vec<String>, VfsError>;
+}
+
+/// The directory that holds `path`: `""` (the root) for a bare file name.
+pub fn parent_dir(path: &str) -> &str {
+    match path.rfind('/') {
+        Some(i) => &path[..i],
+        None => "",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parent_dir;
+
+    #[test]
+    fn parent_dir_of_nested_and_bare_paths() {
+        assert_eq!(parent_dir("a/b/c.wal"), "a/b");
+        assert_eq!(parent_dir("c.wal"), "");
+    }
+}

@@ -1,0 +1,84 @@
+//! One error enum per operation, each carrying the numbers that explain it.
+
+use crate::header::HeaderError;
+use crate::vfs::VfsError;
+
+use super::LogSeq;
+
+/// Why a commit or flush did not succeed.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum WalWriteError {
+    /// A write or sync failed while this call's records were staged or in flight. They stay
+    /// visible, but none of them is reported durable, and the writer is now poisoned. Whether
+    /// any of their bytes reached the disk is unknown: reopen the log to find out.
+    #[error("WAL write or sync failed; the writer is poisoned: {cause}")]
+    Failed { cause: VfsError },
+    /// An earlier write or sync failed; this writer accepts nothing more. Reopen the log.
+    #[error("WAL writer is poisoned by an earlier failure: {cause}")]
+    Poisoned { cause: VfsError },
+    /// One call's records encode to more than one group may hold. Nothing was staged.
+    #[error(
+        "batch encodes to {encoded_bytes} bytes, more than the group bound of {max_group_bytes}"
+    )]
+    GroupTooLarge {
+        encoded_bytes: usize,
+        max_group_bytes: usize,
+    },
+    /// One payload exceeds the format's bound. Nothing was staged.
+    #[error("payload of {payload_bytes} bytes exceeds the limit of {payload_bytes_max}")]
+    PayloadTooLarge {
+        payload_bytes: usize,
+        payload_bytes_max: usize,
+    },
+    /// Retaining this batch for `visible_records` would exceed the retention bound; retire
+    /// absorbed records first. Nothing was staged.
+    #[error(
+        "retaining {batch_bytes} more bytes would exceed the retention bound of \
+         {retained_bytes_max} ({retained_bytes} retained); retire absorbed records"
+    )]
+    RetentionFull {
+        batch_bytes: usize,
+        retained_bytes: usize,
+        retained_bytes_max: usize,
+    },
+}
+
+/// Why `retire_visible_through` refused.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum WalRetireError {
+    /// Only durable records can be retired; the request is never clamped.
+    #[error("cannot retire through {requested:?}: durable end is {durable_end:?}")]
+    BeyondDurable {
+        requested: LogSeq,
+        durable_end: LogSeq,
+    },
+}
+
+/// Why a log could not be created or recovered.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum WalOpenError {
+    #[error(transparent)]
+    Vfs(#[from] VfsError),
+    /// `create` found a file that already holds bytes; use `open` to recover it.
+    #[error("log already holds {len} bytes; open it instead of creating it")]
+    NotEmpty { len: u64 },
+    #[error("bad WAL header: {0}")]
+    BadHeader(#[from] HeaderError),
+    /// The record at `offset` is damaged but a valid record follows at `valid_record_at`, so
+    /// this is not an unfinished write and dropping it could lose acknowledged records.
+    #[error("WAL corrupt at byte {offset} (a valid record follows at byte {valid_record_at})")]
+    Corrupt { offset: u64, valid_record_at: u64 },
+    /// A frame with a valid checksum is too short to be a record.
+    #[error("malformed WAL record at byte {offset}")]
+    MalformedRecord { offset: u64 },
+    /// A valid record carries the wrong sequence number.
+    #[error("WAL sequence gap at byte {offset}: expected seq {expected}, found {found}")]
+    SeqGap {
+        offset: u64,
+        expected: u64,
+        found: u64,
+    },
+}

@@ -1,0 +1,620 @@
+//! The group-commit state machine. It performs no I/O and never reads a clock: drivers (the
+//! thread driver in [`super::WalWriter`], the component's async driver) feed it calls and I/O
+//! results and carry out the writes and syncs it asks for.
+//!
+//! The life of a record:
+//! 1. [`GroupCommit::stage`] encodes a caller's batch, assigns its seqs and makes it visible.
+//!    It sits in `pending`.
+//! 2. One caller at a time is the **leader** ([`GroupCommit::claim_leadership`]). The leader asks
+//!    [`GroupCommit::poll_group`] for the next group: whole pending batches, in seq order, up to
+//!    `max_group_bytes`. At most one group is in flight.
+//! 3. The driver writes the group at its offset, syncs as the policy says, and reports with
+//!    [`GroupCommit::handle_group_done`]. Only then does `durable_end` move, to the group's end.
+//! 4. [`GroupCommit::poll_leader_step`] says whether the leader keeps going or releases.
+//!
+//! **Why leadership is handed off.** While a group's sync is in flight, other callers stage into
+//! `pending`. When the sync returns, the callers of the finished group are woken and usually
+//! commit again at once. A leader that looped "until nothing is pending" would take the next
+//! group before they re-staged, so callers would split into two alternating halves and each
+//! sync would carry about N/2 records. Instead, when a durable waiter needs the pending records,
+//! the leader releases and marks the leadership as handed off; the next leader gathers (yields
+//! until a round brings no new record, a bounded number of rounds, no timer) and so carries
+//! about N records per sync. When nobody waits on the pending records (they came from
+//! non-durable commits), the leader keeps draining them itself, so no visible record is
+//! stranded without a leader.
+//!
+//! **Poisoning.** A failed write or sync sets `failure`. From then on `durable_end` never moves,
+//! staging is refused, and no one can lead: a sync error may have dropped dirty pages, so no
+//! later sync could prove the earlier bytes durable (fsyncgate).
+
+use std::collections::VecDeque;
+use std::ops::Range;
+
+use bytes::Bytes;
+
+use crate::vfs::{SyncKind, VfsError};
+
+use super::record::{self, PAYLOAD_BYTES_MAX};
+use super::{LogSeq, WalOptions, WalRetireError, WalWriteError};
+
+/// Buckets of [`WalWriterStats::group_records_histogram`]: bucket `i` counts groups of
+/// `[2^i, 2^(i+1))` records, the last is open-ended. 18 buckets reach 131,072 records, above
+/// the most 18-byte records a 1 MiB group can hold (58,254).
+pub const GROUP_HISTOGRAM_BUCKETS: usize = 18;
+
+/// A committed record kept in memory until retired. Clones share the encoded allocation.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct VisibleRecord {
+    pub seq: LogSeq,
+    pub op: u16,
+    pub payload: Bytes,
+}
+
+/// What `retire_visible_through` released.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct WalRetirement {
+    /// Records released by this call.
+    pub records: u64,
+    /// Encoded bytes released by this call.
+    pub bytes: u64,
+    /// Encoded bytes still retained after it.
+    pub retained_bytes: u64,
+}
+
+/// Counters, plain data. Bytes are encoded record bytes, not payload bytes.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct WalWriterStats {
+    /// Groups written (each followed by one sync unless the policy is `Skip`).
+    pub groups: u64,
+    /// Records written in those groups.
+    pub records: u64,
+    /// Encoded bytes written in those groups.
+    pub bytes: u64,
+    /// File syncs issued by the writer, including the one at creation.
+    pub syncs: u64,
+    /// Directory syncs issued by the writer.
+    pub dir_syncs: u64,
+    /// Records per group, log2 buckets (see [`GROUP_HISTOGRAM_BUCKETS`]).
+    pub group_records_histogram: [u64; GROUP_HISTOGRAM_BUCKETS],
+    /// First seq not yet durable.
+    pub durable_end: LogSeq,
+    /// First seq not yet visible: the seq the next record gets.
+    pub visible_end: LogSeq,
+    /// Encoded bytes of records kept for `visible_records`.
+    pub retained_bytes: u64,
+    /// Records kept for `visible_records`.
+    pub retained_records: u64,
+}
+
+impl WalWriterStats {
+    /// Average records per group written, or 0 before the first group.
+    pub fn records_per_group(&self) -> f64 {
+        if self.groups == 0 {
+            0.0
+        } else {
+            self.records as f64 / self.groups as f64
+        }
+    }
+}
+
+/// A batch staged by one call: its records' encoded bytes, back to back.
+#[derive(Debug)]
+struct StagedBatch {
+    end: LogSeq,
+    records: u64,
+    encoded: Bytes,
+}
+
+/// A group to write: the driver writes `chunks` back to back at `offset`, then issues `sync`
+/// (if any), then calls [`GroupCommit::handle_group_done`].
+#[derive(Debug)]
+#[must_use = "a polled group must be written and reported with handle_group_done"]
+pub struct Group {
+    pub offset: u64,
+    pub seqs: Range<LogSeq>,
+    pub records: u64,
+    pub bytes: usize,
+    pub chunks: Vec<Bytes>,
+    pub sync: Option<SyncKind>,
+}
+
+/// Granted by [`GroupCommit::claim_leadership`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[must_use]
+pub struct Leadership {
+    /// The previous leader released so that this one would gather the callers it just woke:
+    /// yield (bounded rounds) before polling the group.
+    pub handed_off: bool,
+}
+
+/// What the leader does after a group completes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[must_use]
+pub enum LeaderStep {
+    /// Keep leading: poll the next group.
+    Continue,
+    /// Leadership is released; a waiter should claim it. Wake the waiters.
+    HandOff,
+    /// Leadership is released with nothing left to lead (or the writer failed).
+    Release,
+}
+
+/// Where a durable waiter stands.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum WaitState {
+    Durable,
+    Failed(VfsError),
+    Pending,
+}
+
+/// The sans-I/O group-commit core. See the module doc.
+#[derive(Debug)]
+pub struct GroupCommit {
+    sync: Option<SyncKind>,
+    max_group_bytes: usize,
+    retained_bytes_max: usize,
+    visible_end: LogSeq,
+    durable_end: LogSeq,
+    /// File offset of the next group.
+    write_offset: u64,
+    pending: VecDeque<StagedBatch>,
+    pending_records: u64,
+    in_flight: Option<LogSeq>,
+    failure: Option<VfsError>,
+    leader: bool,
+    handed_off: bool,
+    /// The highest target any durable waiter registered. Waiters leave only once their target is
+    /// durable (or the writer failed), so while this exceeds `durable_end` someone still waits.
+    highest_durable_wait: LogSeq,
+    retained: VecDeque<(VisibleRecord, usize)>,
+    retained_bytes: usize,
+    stats: WalWriterStats,
+}
+
+impl GroupCommit {
+    /// A core resuming a log whose next record is `next_seq` at byte `write_offset`.
+    pub fn new(options: &WalOptions, next_seq: LogSeq, write_offset: u64) -> Self {
+        GroupCommit {
+            sync: options.policy.group_sync(),
+            max_group_bytes: options.resolved_max_group_bytes(),
+            retained_bytes_max: options.retained_bytes_max,
+            visible_end: next_seq,
+            durable_end: next_seq,
+            write_offset,
+            pending: VecDeque::new(),
+            pending_records: 0,
+            in_flight: None,
+            failure: None,
+            leader: false,
+            handed_off: false,
+            highest_durable_wait: next_seq,
+            retained: VecDeque::new(),
+            retained_bytes: 0,
+            stats: WalWriterStats {
+                durable_end: next_seq,
+                visible_end: next_seq,
+                ..Default::default()
+            },
+        }
+    }
+
+    pub fn durable_end(&self) -> LogSeq {
+        self.durable_end
+    }
+
+    pub fn visible_end(&self) -> LogSeq {
+        self.visible_end
+    }
+
+    pub fn failure(&self) -> Option<&VfsError> {
+        self.failure.as_ref()
+    }
+
+    /// Records staged but not yet taken into a group: what a gathering leader watches grow.
+    pub fn pending_records(&self) -> u64 {
+        self.pending_records
+    }
+
+    pub fn max_group_bytes(&self) -> usize {
+        self.max_group_bytes
+    }
+
+    /// Counts a sync issued outside groups (the creation sync, a directory sync).
+    pub fn count_setup_syncs(&mut self, file_syncs: u64, dir_syncs: u64) {
+        self.stats.syncs += file_syncs;
+        self.stats.dir_syncs += dir_syncs;
+    }
+
+    /// Encodes `records`, assigns them the next seqs in input order and makes them visible.
+    ///
+    /// A refused batch consumes no seq and changes nothing. An empty batch returns the empty
+    /// range at the next seq.
+    ///
+    /// Encoding happens here, under the driver's lock, because each record's checksum covers its
+    /// seq; for the payload sizes a WAL carries this is well under a microsecond per record.
+    pub fn stage(&mut self, records: &[(u16, &[u8])]) -> Result<Range<LogSeq>, WalWriteError> {
+        if let Some(cause) = &self.failure {
+            return Err(WalWriteError::Poisoned {
+                cause: cause.clone(),
+            });
+        }
+        let start = self.visible_end;
+        if records.is_empty() {
+            return Ok(start..start);
+        }
+        let mut encoded_bytes = 0usize;
+        for (_, payload) in records {
+            if payload.len() > PAYLOAD_BYTES_MAX {
+                return Err(WalWriteError::PayloadTooLarge {
+                    payload_bytes: payload.len(),
+                    payload_bytes_max: PAYLOAD_BYTES_MAX,
+                });
+            }
+            encoded_bytes = encoded_bytes.saturating_add(record::encoded_len(payload.len()));
+        }
+        if encoded_bytes > self.max_group_bytes {
+            return Err(WalWriteError::GroupTooLarge {
+                encoded_bytes,
+                max_group_bytes: self.max_group_bytes,
+            });
+        }
+        let retain = self.retained_bytes_max > 0;
+        if retain && self.retained_bytes + encoded_bytes > self.retained_bytes_max {
+            return Err(WalWriteError::RetentionFull {
+                batch_bytes: encoded_bytes,
+                retained_bytes: self.retained_bytes,
+                retained_bytes_max: self.retained_bytes_max,
+            });
+        }
+
+        let mut buf = Vec::with_capacity(encoded_bytes);
+        let mut seq = start;
+        for (op, payload) in records {
+            record::encode_into(&mut buf, seq, *op, payload);
+            seq = seq.next();
+        }
+        debug_assert_eq!(buf.len(), encoded_bytes);
+        let encoded = Bytes::from(buf);
+        if retain {
+            let mut offset = 0;
+            let mut seq = start;
+            for (op, payload) in records {
+                let len = record::encoded_len(payload.len());
+                let range = record::payload_range(payload.len());
+                let payload = encoded.slice(offset + range.start..offset + range.end);
+                self.retained.push_back((
+                    VisibleRecord {
+                        seq,
+                        op: *op,
+                        payload,
+                    },
+                    len,
+                ));
+                offset += len;
+                seq = seq.next();
+            }
+            self.retained_bytes += encoded_bytes;
+        }
+        let count = records.len() as u64;
+        self.pending.push_back(StagedBatch {
+            end: seq,
+            records: count,
+            encoded,
+        });
+        self.pending_records += count;
+        self.visible_end = seq;
+        Ok(start..seq)
+    }
+
+    /// Registers a caller that will wait until `target` (exclusive) is durable.
+    pub fn register_durable_wait(&mut self, target: LogSeq) {
+        self.highest_durable_wait = self.highest_durable_wait.max(target);
+    }
+
+    /// Where a caller waiting for `target` (exclusive) stands.
+    pub fn durable_wait_state(&self, target: LogSeq) -> WaitState {
+        if self.durable_end >= target {
+            WaitState::Durable
+        } else if let Some(cause) = &self.failure {
+            WaitState::Failed(cause.clone())
+        } else {
+            WaitState::Pending
+        }
+    }
+
+    /// Makes the caller leader if no one leads, the writer is healthy, and there is work.
+    pub fn claim_leadership(&mut self) -> Option<Leadership> {
+        if self.leader || self.failure.is_some() || self.pending.is_empty() {
+            return None;
+        }
+        self.leader = true;
+        let handed_off = std::mem::take(&mut self.handed_off);
+        Some(Leadership { handed_off })
+    }
+
+    /// The next group for the leader to write, or `None` if one is in flight or nothing is
+    /// pending.
+    #[must_use]
+    pub fn poll_group(&mut self) -> Option<Group> {
+        assert!(self.leader, "only the leader polls groups");
+        if self.in_flight.is_some() || self.failure.is_some() {
+            return None;
+        }
+        let first = self.pending.front()?;
+        let start = LogSeq(first.end.0 - first.records);
+        let mut bytes = 0usize;
+        let mut records = 0u64;
+        let mut chunks = Vec::new();
+        while let Some(batch) = self.pending.front() {
+            // Whole batches only; the first always fits because staging bounded it.
+            if !chunks.is_empty() && bytes + batch.encoded.len() > self.max_group_bytes {
+                break;
+            }
+            let batch = self.pending.pop_front().expect("front exists");
+            bytes += batch.encoded.len();
+            records += batch.records;
+            chunks.push(batch.encoded);
+        }
+        self.pending_records -= records;
+        let end = LogSeq(start.0 + records);
+        self.in_flight = Some(end);
+        Some(Group {
+            offset: self.write_offset,
+            seqs: start..end,
+            records,
+            bytes,
+            chunks,
+            sync: self.sync,
+        })
+    }
+
+    /// Reports the outcome of writing and syncing `group`.
+    pub fn handle_group_done(&mut self, group: &Group, result: Result<(), VfsError>) {
+        assert_eq!(
+            self.in_flight.take(),
+            Some(group.seqs.end),
+            "completed group was not in flight"
+        );
+        match result {
+            Ok(()) => {
+                assert_eq!(
+                    group.seqs.start, self.durable_end,
+                    "groups complete in seq order"
+                );
+                self.durable_end = group.seqs.end;
+                self.write_offset += group.bytes as u64;
+                self.stats.groups += 1;
+                self.stats.records += group.records;
+                self.stats.bytes += group.bytes as u64;
+                if group.sync.is_some() {
+                    self.stats.syncs += 1;
+                }
+                let bucket =
+                    (group.records.max(1).ilog2() as usize).min(GROUP_HISTOGRAM_BUCKETS - 1);
+                self.stats.group_records_histogram[bucket] += 1;
+            }
+            Err(cause) => {
+                self.failure = Some(cause);
+            }
+        }
+    }
+
+    /// After `handle_group_done`: does the leader continue, hand off, or release?
+    pub fn poll_leader_step(&mut self) -> LeaderStep {
+        assert!(self.leader, "only the leader steps");
+        if self.failure.is_some() || self.pending.is_empty() {
+            self.leader = false;
+            return LeaderStep::Release;
+        }
+        if self.highest_durable_wait > self.durable_end {
+            self.leader = false;
+            self.handed_off = true;
+            return LeaderStep::HandOff;
+        }
+        LeaderStep::Continue
+    }
+
+    /// Releases leadership without a group (a leader that found nothing to do, or a driver
+    /// whose leader was cancelled). Pending work goes to the next claimant.
+    pub fn release_leadership(&mut self) {
+        assert!(
+            self.in_flight.is_none(),
+            "cannot release with a group in flight"
+        );
+        self.leader = false;
+    }
+
+    /// At most `limit` retained records at or after `first_seq`, in seq order.
+    pub fn visible_records(&self, first_seq: LogSeq, limit: usize) -> Vec<VisibleRecord> {
+        let Some((front, _)) = self.retained.front() else {
+            return Vec::new();
+        };
+        let skip = usize::try_from(first_seq.0.saturating_sub(front.seq.0)).unwrap_or(usize::MAX);
+        self.retained
+            .iter()
+            .skip(skip)
+            .take(limit)
+            .map(|(r, _)| r.clone())
+            .collect()
+    }
+
+    /// Releases retained records through `absorbed_through` (inclusive), which must be durable.
+    pub fn retire_visible_through(
+        &mut self,
+        absorbed_through: LogSeq,
+    ) -> Result<WalRetirement, WalRetireError> {
+        if absorbed_through >= self.durable_end {
+            return Err(WalRetireError::BeyondDurable {
+                requested: absorbed_through,
+                durable_end: self.durable_end,
+            });
+        }
+        let mut released = WalRetirement::default();
+        while let Some((front, _)) = self.retained.front() {
+            if front.seq > absorbed_through {
+                break;
+            }
+            let (_, bytes) = self.retained.pop_front().expect("front exists");
+            released.records += 1;
+            released.bytes += bytes as u64;
+            self.retained_bytes -= bytes;
+        }
+        released.retained_bytes = self.retained_bytes as u64;
+        Ok(released)
+    }
+
+    pub fn stats(&self) -> WalWriterStats {
+        WalWriterStats {
+            durable_end: self.durable_end,
+            visible_end: self.visible_end,
+            retained_bytes: self.retained_bytes as u64,
+            retained_records: self.retained.len() as u64,
+            ..self.stats.clone()
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::wal::DurabilityPolicy;
+
+    fn core() -> GroupCommit {
+        GroupCommit::new(&WalOptions::new(DurabilityPolicy::FullSync), LogSeq(10), 32)
+    }
+
+    #[test]
+    fn stage_assigns_contiguous_seqs_and_refuses_without_consuming() {
+        let mut c = core();
+        assert_eq!(c.stage(&[(1, b"a"), (2, b"b")]), Ok(LogSeq(10)..LogSeq(12)));
+        assert_eq!(c.stage(&[]), Ok(LogSeq(12)..LogSeq(12)));
+        let big = vec![0u8; GROUP_BYTES_MAX];
+        assert!(matches!(
+            c.stage(&[(1, &big)]),
+            Err(WalWriteError::GroupTooLarge { .. })
+        ));
+        assert_eq!(c.stage(&[(3, b"c")]), Ok(LogSeq(12)..LogSeq(13)));
+        assert_eq!(c.visible_end(), LogSeq(13));
+        assert_eq!(c.durable_end(), LogSeq(10));
+    }
+
+    const GROUP_BYTES_MAX: usize = crate::wal::GROUP_BYTES_MAX_FULL_SYNC;
+
+    #[test]
+    fn group_moves_durable_end_only_when_done_ok() {
+        let mut c = core();
+        c.stage(&[(1, b"a")]).unwrap();
+        c.stage(&[(1, b"b")]).unwrap();
+        assert!(c.claim_leadership().is_some());
+        let g = c.poll_group().unwrap();
+        assert_eq!(g.seqs, LogSeq(10)..LogSeq(12));
+        assert_eq!(g.offset, 32);
+        assert_eq!(g.sync, Some(SyncKind::Full));
+        assert!(c.poll_group().is_none(), "one group in flight at a time");
+        assert_eq!(c.durable_end(), LogSeq(10));
+        c.handle_group_done(&g, Ok(()));
+        assert_eq!(c.durable_end(), LogSeq(12));
+        assert_eq!(c.poll_leader_step(), LeaderStep::Release);
+        assert_eq!(c.stats().group_records_histogram[1], 1);
+    }
+
+    #[test]
+    fn hand_off_when_a_durable_waiter_needs_pending_records() {
+        let mut c = core();
+        c.stage(&[(1, b"a")]).unwrap();
+        let _lead = c.claim_leadership().unwrap();
+        let g = c.poll_group().unwrap();
+        let r = c.stage(&[(1, b"b")]).unwrap();
+        c.register_durable_wait(r.end);
+        c.handle_group_done(&g, Ok(()));
+        assert_eq!(c.poll_leader_step(), LeaderStep::HandOff);
+        assert_eq!(c.claim_leadership(), Some(Leadership { handed_off: true }));
+    }
+
+    #[test]
+    fn non_durable_pending_work_keeps_the_leader() {
+        let mut c = core();
+        c.stage(&[(1, b"a")]).unwrap();
+        let _lead = c.claim_leadership().unwrap();
+        let g = c.poll_group().unwrap();
+        c.stage(&[(1, b"b")]).unwrap();
+        c.handle_group_done(&g, Ok(()));
+        assert_eq!(c.poll_leader_step(), LeaderStep::Continue);
+    }
+
+    #[test]
+    fn failure_poisons_and_freezes_durable_end() {
+        let mut c = core();
+        c.stage(&[(1, b"a")]).unwrap();
+        let _lead = c.claim_leadership().unwrap();
+        let g = c.poll_group().unwrap();
+        c.stage(&[(1, b"b")]).unwrap();
+        c.handle_group_done(&g, Err(VfsError::Io("boom".into())));
+        assert_eq!(c.poll_leader_step(), LeaderStep::Release);
+        assert_eq!(c.durable_end(), LogSeq(10));
+        assert_eq!(
+            c.durable_wait_state(LogSeq(11)),
+            WaitState::Failed(VfsError::Io("boom".into()))
+        );
+        assert!(c.claim_leadership().is_none());
+        assert!(matches!(
+            c.stage(&[(1, b"c")]),
+            Err(WalWriteError::Poisoned { .. })
+        ));
+        assert_eq!(
+            c.visible_records(LogSeq(0), 10).len(),
+            2,
+            "staged records stay visible"
+        );
+    }
+
+    #[test]
+    fn groups_are_byte_bounded_at_batch_boundaries() {
+        let mut opts = WalOptions::new(DurabilityPolicy::Skip);
+        opts.max_group_bytes = Some(100);
+        let mut c = GroupCommit::new(&opts, LogSeq(0), 32);
+        for _ in 0..5 {
+            c.stage(&[(0, &[7u8; 22])]).unwrap(); // 40 encoded bytes each
+        }
+        let _lead = c.claim_leadership().unwrap();
+        let g = c.poll_group().unwrap();
+        assert_eq!((g.records, g.bytes, g.sync), (2, 80, None));
+        c.handle_group_done(&g, Ok(()));
+        assert_eq!(c.poll_leader_step(), LeaderStep::Continue);
+        let g2 = c.poll_group().unwrap();
+        assert_eq!(g2.offset, 32 + 80);
+        assert_eq!(g2.seqs, LogSeq(2)..LogSeq(4));
+    }
+
+    #[test]
+    fn retire_never_clamps_and_releases_bytes() {
+        let mut c = core();
+        c.stage(&[(1, b"a"), (1, b"b")]).unwrap();
+        assert!(matches!(
+            c.retire_visible_through(LogSeq(10)),
+            Err(WalRetireError::BeyondDurable { .. })
+        ));
+        let _lead = c.claim_leadership().unwrap();
+        let g = c.poll_group().unwrap();
+        c.handle_group_done(&g, Ok(()));
+        let before = c.stats().retained_bytes;
+        let r = c.retire_visible_through(LogSeq(10)).unwrap();
+        assert_eq!(r.records, 1);
+        assert_eq!(r.retained_bytes, before - r.bytes);
+        assert!(c.retire_visible_through(LogSeq(12)).is_err());
+        assert_eq!(c.visible_records(LogSeq(0), 10)[0].seq, LogSeq(11));
+    }
+
+    #[test]
+    fn retention_bound_refuses_without_consuming_a_seq() {
+        let mut opts = WalOptions::new(DurabilityPolicy::Skip);
+        opts.retained_bytes_max = 50;
+        let mut c = GroupCommit::new(&opts, LogSeq(0), 32);
+        c.stage(&[(0, &[0u8; 20])]).unwrap(); // 38 bytes
+        assert!(matches!(
+            c.stage(&[(0, &[0u8; 20])]),
+            Err(WalWriteError::RetentionFull { .. })
+        ));
+        assert_eq!(c.visible_end(), LogSeq(1));
+    }
+}

@@ -1,0 +1,137 @@
+//! The write-ahead log: group commit over one append-only file.
+//!
+//! What it owns: the WAL file format ([`record`], on top of [`crate::frame`] and
+//! [`crate::header`]), recovery ([`replay`]), the group-commit state machine
+//! ([`group_commit::GroupCommit`], sans-I/O) and the thread driver ([`WalWriter`]).
+//!
+//! What it promises, in one place (the method docs repeat the part that concerns them):
+//! - Sequences are dense: every committed record gets the next [`LogSeq`], and replay refuses a
+//!   log whose seqs are not contiguous.
+//! - A record is **visible** when its commit call returns `Ok`; visibility is in-memory only.
+//! - A record is **durable** when `durable_end` passes it. Under [`DurabilityPolicy::FullSync`]
+//!   and [`DurabilityPolicy::Barrier`] that means a sync of the tier's kind returned after the
+//!   record's bytes were written; under [`DurabilityPolicy::Skip`] it means the bytes were
+//!   handed to the OS. `durable_end` never passes a sync that has not returned `Ok`.
+//! - After a failed write or sync, the writer is poisoned: nothing more is reported durable.
+//!
+//! File layout: a 32-byte [`crate::header`] (family WAL, version [`WAL_VERSION`], family word
+//! = first seq), then records back to back. `docs/FORMAT.md` has the byte-level description.
+
+pub mod group_commit;
+pub mod record;
+pub mod replay;
+
+mod error;
+mod writer;
+
+pub use error::{WalOpenError, WalRetireError, WalWriteError};
+pub use record::RecordRef;
+pub use replay::{Recovery, RecoveryEnd, WalReader, replay};
+pub use writer::{VisibleRecord, WalRetirement, WalWriter, WalWriterStats};
+
+use crate::vfs::SyncKind;
+
+/// The WAL format version this build reads and writes.
+pub const WAL_VERSION: u16 = 1;
+
+/// Default encoded-byte bound of one group under the barrier and skip tiers: large enough that
+/// 128-byte records at 64 writers never hit it, small enough that one group's write stays in the
+/// low milliseconds on this disk. Follows the reference writer; modeled, not measured.
+pub const GROUP_BYTES_MAX_DEFAULT: usize = 1 << 20;
+
+/// Group bound under [`DurabilityPolicy::FullSync`]: fsync is the expensive step, so a full-sync
+/// group may amortize it over more bytes. 16 MiB follows the InnoDB, PostgreSQL and Lucene
+/// convention; modeled, not measured.
+pub const GROUP_BYTES_MAX_FULL_SYNC: usize = 16 << 20;
+
+/// Default bound on bytes kept in memory for [`WalWriter::visible_records`] until retired.
+/// It turns an ingest owner that forgets to retire into a typed
+/// [`WalWriteError::RetentionFull`] instead of unbounded memory growth. Chosen, not measured.
+pub const RETAINED_BYTES_MAX_DEFAULT: usize = 64 << 20;
+
+const _: () = assert!(GROUP_BYTES_MAX_DEFAULT <= GROUP_BYTES_MAX_FULL_SYNC);
+const _: () = assert!(
+    GROUP_BYTES_MAX_FULL_SYNC <= crate::frame::BODY_BYTES_MAX,
+    "a record that fills a group must still fit one frame"
+);
+
+/// A record's sequence number. Ranges of them are half-open: `durable_end` is the first seq
+/// that is *not* durable.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct LogSeq(pub u64);
+
+impl LogSeq {
+    pub const fn next(self) -> LogSeq {
+        LogSeq(self.0 + 1)
+    }
+}
+
+impl std::fmt::Display for LogSeq {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+/// What a durable commit promises once it returns `Ok`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum DurabilityPolicy {
+    /// Each group ends with `fsync` ([`SyncKind::Full`]): the record survives power loss.
+    FullSync,
+    /// Each group ends with a barrier ([`SyncKind::Barrier`]): `F_BARRIERFSYNC` on macOS, which
+    /// orders writes but does not force them to stable media; on Linux the host issues
+    /// `fdatasync`, so there the record survives power loss as under `FullSync`'s data promise.
+    Barrier,
+    /// No sync: the record is written to the OS. It survives a crash of this process, not a
+    /// power loss or kernel crash.
+    Skip,
+}
+
+impl DurabilityPolicy {
+    /// The sync that ends each group under this policy, if any.
+    pub const fn group_sync(self) -> Option<SyncKind> {
+        match self {
+            DurabilityPolicy::FullSync => Some(SyncKind::Full),
+            DurabilityPolicy::Barrier => Some(SyncKind::Barrier),
+            DurabilityPolicy::Skip => None,
+        }
+    }
+
+    /// The group bound this policy uses unless told otherwise.
+    pub const fn default_max_group_bytes(self) -> usize {
+        match self {
+            DurabilityPolicy::FullSync => GROUP_BYTES_MAX_FULL_SYNC,
+            DurabilityPolicy::Barrier | DurabilityPolicy::Skip => GROUP_BYTES_MAX_DEFAULT,
+        }
+    }
+}
+
+/// How to create or open a writer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct WalOptions {
+    pub policy: DurabilityPolicy,
+    /// The first seq of a new log. Ignored when an existing log is recovered: its header says.
+    pub first_seq: LogSeq,
+    /// Encoded bytes one group may hold; `None` uses [`DurabilityPolicy::default_max_group_bytes`].
+    pub max_group_bytes: Option<usize>,
+    /// Bytes of committed records kept for [`WalWriter::visible_records`] until retired. `0`
+    /// keeps none: `visible_records` then always returns an empty list.
+    pub retained_bytes_max: usize,
+}
+
+impl WalOptions {
+    pub const fn new(policy: DurabilityPolicy) -> Self {
+        WalOptions {
+            policy,
+            first_seq: LogSeq(0),
+            max_group_bytes: None,
+            retained_bytes_max: RETAINED_BYTES_MAX_DEFAULT,
+        }
+    }
+
+    pub const fn resolved_max_group_bytes(&self) -> usize {
+        match self.max_group_bytes {
+            Some(bytes) => bytes,
+            None => self.policy.default_max_group_bytes(),
+        }
+    }
+}

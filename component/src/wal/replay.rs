@@ -1,0 +1,222 @@
+//! Recovery: reads a WAL file front to back and decides where its valid prefix ends.
+//!
+//! The rules (FORMAT.md restates them for other implementers):
+//! 1. A missing or zero-byte file is an empty log.
+//! 2. A file shorter than the header whose bytes are a prefix of a WAL header, or all zero, is a
+//!    creation that crashed before its header sync returned; nothing in it was ever acknowledged,
+//!    so it is an empty log too. Any other bad header is refused.
+//! 3. Records follow the header; each must be a valid frame whose body is a record whose seq is
+//!    one more than the previous (the first equals the header's first seq).
+//! 4. The first frame that is invalid or incomplete ends the prefix. If no valid frame starts at
+//!    any later byte it is a torn tail (an unfinished group write); otherwise it is corruption,
+//!    refused with its offset.
+//!
+//! Replay holds at most one read chunk or one frame in memory (see [`crate::frame::FrameReader`]).
+
+use crate::frame::{FrameReader, Next, ScanEnd};
+use crate::header::{Family, FileHeader, HEADER_BYTES, HeaderError, MAGIC};
+use crate::vfs::{OpenMode, Vfs, VfsFile};
+
+use super::record::{self, RecordRef};
+use super::{LogSeq, WAL_VERSION, WalOpenError};
+
+/// What replay found.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Recovery {
+    /// The log's first seq: from the header, or the caller's choice for a new log.
+    pub first_seq: LogSeq,
+    /// The seq the next appended record gets.
+    pub next_seq: LogSeq,
+    /// Records recovered.
+    pub records: u64,
+    /// Byte offset where the valid prefix ends: the next append goes here. Zero when the file
+    /// has no header yet.
+    pub valid_end: u64,
+    /// The file's length when replay read it.
+    pub file_len: u64,
+    pub end: RecoveryEnd,
+}
+
+/// How the valid prefix ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RecoveryEnd {
+    /// No header: the file is missing, empty, or holds a crashed creation's partial header.
+    NewLog,
+    /// Every byte after the header is whole records.
+    Clean,
+    /// `file_len - valid_end` bytes after the last record are an unfinished write. The writer
+    /// truncates them before its next append.
+    TornTail,
+}
+
+impl Recovery {
+    /// Bytes after the valid prefix that recovery discards.
+    pub fn torn_bytes(&self) -> u64 {
+        self.file_len - self.valid_end
+    }
+}
+
+fn header_prefix_is_creation_residue(bytes: &[u8]) -> bool {
+    bytes.iter().all(|&b| b == 0) || MAGIC.starts_with(&bytes[..bytes.len().min(MAGIC.len())])
+}
+
+/// The record-level scan over a [`FrameReader`]: header check, record decoding, contiguity.
+/// It does not own the file; [`replay`] lends it one, [`WalReader`] owns one.
+#[derive(Debug)]
+struct RecordScan {
+    frames: Option<FrameReader>,
+    first_seq: LogSeq,
+    expected: LogSeq,
+    records: u64,
+    file_len: u64,
+    finished: Option<Recovery>,
+}
+
+impl RecordScan {
+    fn start(file: &dyn VfsFile, first_seq_if_new: LogSeq) -> Result<Self, WalOpenError> {
+        let file_len = file.len()?;
+        let mut scan = RecordScan {
+            frames: None,
+            first_seq: first_seq_if_new,
+            expected: first_seq_if_new,
+            records: 0,
+            file_len,
+            finished: None,
+        };
+        let new_log = Recovery {
+            first_seq: first_seq_if_new,
+            next_seq: first_seq_if_new,
+            records: 0,
+            valid_end: 0,
+            file_len,
+            end: RecoveryEnd::NewLog,
+        };
+        if file_len == 0 {
+            scan.finished = Some(new_log);
+            return Ok(scan);
+        }
+        let mut header_bytes = [0u8; HEADER_BYTES];
+        let present = usize::try_from(file_len).map_or(HEADER_BYTES, |len| len.min(HEADER_BYTES));
+        file.read_exact_at(0, &mut header_bytes[..present])?;
+        if present < HEADER_BYTES {
+            if header_prefix_is_creation_residue(&header_bytes[..present]) {
+                scan.finished = Some(new_log);
+                return Ok(scan);
+            }
+            return Err(HeaderError::TooShort { len: file_len }.into());
+        }
+        let header = FileHeader::decode_expecting(&header_bytes, Family::Wal, WAL_VERSION)?;
+        scan.first_seq = LogSeq(header.family_word);
+        scan.expected = scan.first_seq;
+        scan.frames = Some(FrameReader::new(HEADER_BYTES as u64, file_len));
+        Ok(scan)
+    }
+
+    fn next(&mut self, file: &dyn VfsFile) -> Result<Option<RecordRef<'_>>, WalOpenError> {
+        // Destructured so that the frame borrowed from `frames` and the bookkeeping fields are
+        // disjoint borrows.
+        let RecordScan {
+            frames,
+            first_seq,
+            expected,
+            records,
+            file_len,
+            finished,
+        } = self;
+        if finished.is_some() {
+            return Ok(None);
+        }
+        let frames = frames
+            .as_mut()
+            .expect("a scan with a header has a frame reader");
+        let mut finish = |valid_end: u64, end: RecoveryEnd| {
+            *finished = Some(Recovery {
+                first_seq: *first_seq,
+                next_seq: *expected,
+                records: *records,
+                valid_end,
+                file_len: *file_len,
+                end,
+            });
+        };
+        match frames.next_frame(file)? {
+            Next::Frame { offset, body } => {
+                let rec =
+                    record::decode_body(body).ok_or(WalOpenError::MalformedRecord { offset })?;
+                if rec.seq != *expected {
+                    return Err(WalOpenError::SeqGap {
+                        offset,
+                        expected: expected.0,
+                        found: rec.seq.0,
+                    });
+                }
+                *expected = expected.next();
+                *records += 1;
+                Ok(Some(rec))
+            }
+            Next::End(ScanEnd::Clean { end }) => {
+                finish(end, RecoveryEnd::Clean);
+                Ok(None)
+            }
+            Next::End(ScanEnd::TornTail { valid_end, .. }) => {
+                finish(valid_end, RecoveryEnd::TornTail);
+                Ok(None)
+            }
+            Next::End(ScanEnd::Corrupt {
+                offset,
+                valid_frame_at,
+            }) => Err(WalOpenError::Corrupt {
+                offset,
+                valid_record_at: valid_frame_at,
+            }),
+        }
+    }
+}
+
+/// Replays `file`, calling `visit` for each valid record in order, and reports where the valid
+/// prefix ends. `first_seq_if_new` is the first seq when the file holds no header yet.
+///
+/// # Errors
+/// A bad header, a corrupt record followed by a valid one, a malformed record, a seq gap, or a
+/// read failure. A torn tail is not an error.
+pub fn replay(
+    file: &dyn VfsFile,
+    first_seq_if_new: LogSeq,
+    mut visit: impl FnMut(RecordRef<'_>),
+) -> Result<Recovery, WalOpenError> {
+    let mut scan = RecordScan::start(file, first_seq_if_new)?;
+    while let Some(rec) = scan.next(file)? {
+        visit(rec);
+    }
+    Ok(scan
+        .finished
+        .expect("a scan that returned None has finished"))
+}
+
+/// Reads a WAL record by record, without writing to it: the reader behind `stele wal dump`, the
+/// component's `reader` resource, and tests. Memory is bounded as in [`replay`].
+#[derive(Debug)]
+pub struct WalReader {
+    file: Box<dyn VfsFile>,
+    scan: RecordScan,
+}
+
+impl WalReader {
+    /// Opens the log at `path`, which must exist. A zero-byte file reads as an empty log.
+    pub fn open(vfs: &dyn Vfs, path: &str) -> Result<Self, WalOpenError> {
+        let file = vfs.open(path, OpenMode::Existing)?;
+        let scan = RecordScan::start(&*file, LogSeq(0))?;
+        Ok(WalReader { file, scan })
+    }
+
+    /// The next valid record, or `None` at the end of the valid prefix (after which
+    /// [`Self::recovery`] says how it ended).
+    pub fn next_record(&mut self) -> Result<Option<RecordRef<'_>>, WalOpenError> {
+        self.scan.next(&*self.file)
+    }
+
+    /// How the valid prefix ended, once [`Self::next_record`] has returned `None`.
+    pub fn recovery(&self) -> Option<Recovery> {
+        self.scan.finished
+    }
+}

@@ -1,0 +1,286 @@
+//! [`RealFs`]: a [`Vfs`] over one root directory of the real filesystem.
+//!
+//! Confinement has two layers. First, every path is checked lexically: it must be relative,
+//! non-empty, UTF-8 without NUL, made of normal components (no `..`, no `.`, no empty segment),
+//! and within [`PATH_BYTES_MAX`] / [`NAME_BYTES_MAX`]. Second, every operation resolves the path
+//! through cap-std's `Dir`, which refuses any resolution (a symlink, say) that would leave the
+//! root. A refusal from either layer is [`VfsError::InvalidPath`].
+//!
+//! Syncs are the real system calls: [`SyncKind::Data`] is `fdatasync`, [`SyncKind::Full`] is
+//! `fsync`, [`SyncKind::Barrier`] is `F_BARRIERFSYNC` on macOS and `fdatasync` elsewhere.
+//! [`Vfs::sync_dir`] opens the directory and fsyncs it.
+
+use std::io;
+use std::sync::Arc;
+
+use cap_std::ambient_authority;
+use cap_std::fs::{Dir, OpenOptions};
+use stele::vfs::{OpenMode, SyncKind, Vfs, VfsError, VfsFile};
+
+/// Longest path accepted, in bytes: Linux's `PATH_MAX`. Longer paths are refused before any
+/// system call, so the error is the same on every OS.
+pub const PATH_BYTES_MAX: usize = 4096;
+/// Longest single path component, in bytes: `NAME_MAX` on Linux and macOS.
+pub const NAME_BYTES_MAX: usize = 255;
+
+/// The real filesystem under one root directory. Cloning shares the root handle.
+#[derive(Clone, Debug)]
+pub struct RealFs {
+    root: Arc<Dir>,
+}
+
+impl RealFs {
+    /// Confines all access to `root`, which must be an existing directory. The path itself is
+    /// resolved with the process's ambient authority once, here; nothing after this does.
+    pub fn open_root(root: impl AsRef<std::path::Path>) -> Result<Self, VfsError> {
+        let dir = Dir::open_ambient_dir(root.as_ref(), ambient_authority())
+            .map_err(|e| VfsError::from_io(&e))?;
+        Ok(RealFs {
+            root: Arc::new(dir),
+        })
+    }
+}
+
+/// Lexical checks that do not depend on the filesystem. `allow_root` admits `""` and `"."` for
+/// directory operations.
+fn check_path(path: &str, allow_root: bool) -> Result<(), VfsError> {
+    let invalid = |why: &str| Err(VfsError::InvalidPath(format!("{path:?}: {why}")));
+    if path.is_empty() || path == "." {
+        return if allow_root {
+            Ok(())
+        } else {
+            invalid("empty path")
+        };
+    }
+    if path.len() > PATH_BYTES_MAX {
+        return invalid("longer than PATH_BYTES_MAX");
+    }
+    if path.contains('\0') {
+        return invalid("contains NUL");
+    }
+    if path.starts_with('/') || path.starts_with('\\') || path.contains(':') {
+        return invalid("absolute paths are refused");
+    }
+    for name in path.split('/') {
+        match name {
+            "" => return invalid("empty path segment"),
+            "." | ".." => return invalid("`.` and `..` segments are refused"),
+            _ if name.contains('\\') => return invalid("backslash in a path segment"),
+            _ if name.len() > NAME_BYTES_MAX => {
+                return invalid("segment longer than NAME_BYTES_MAX");
+            }
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
+/// Maps an error from cap-std, turning its sandbox refusals into `InvalidPath`.
+fn map_err(path: &str, err: io::Error) -> VfsError {
+    // cap-std reports an escape (a symlink or `..` leading out of the root) as PermissionDenied
+    // with this message; openat2(RESOLVE_BENEATH) reports EXDEV, which cap-std maps to it too.
+    let text = err.to_string();
+    if text.contains("outside of the filesystem") || err.raw_os_error() == Some(18) {
+        return VfsError::InvalidPath(format!("{path:?}: leads outside the root"));
+    }
+    if err.raw_os_error() == Some(40) {
+        // ELOOP: a symlink cycle, or a symlink where cap-std refuses to follow one.
+        return VfsError::InvalidPath(format!("{path:?}: too many levels of symbolic links"));
+    }
+    VfsError::from_io(&err)
+}
+
+#[derive(Debug)]
+struct RealFile {
+    file: std::fs::File,
+}
+
+#[cfg(unix)]
+fn read_at(file: &std::fs::File, buf: &mut [u8], offset: u64) -> io::Result<usize> {
+    std::os::unix::fs::FileExt::read_at(file, buf, offset)
+}
+#[cfg(unix)]
+fn write_all_at(file: &std::fs::File, data: &[u8], offset: u64) -> io::Result<()> {
+    std::os::unix::fs::FileExt::write_all_at(file, data, offset)
+}
+#[cfg(windows)]
+fn read_at(file: &std::fs::File, buf: &mut [u8], offset: u64) -> io::Result<usize> {
+    std::os::windows::fs::FileExt::seek_read(file, buf, offset)
+}
+#[cfg(windows)]
+fn write_all_at(file: &std::fs::File, mut data: &[u8], mut offset: u64) -> io::Result<()> {
+    while !data.is_empty() {
+        let n = std::os::windows::fs::FileExt::seek_write(file, data, offset)?;
+        if n == 0 {
+            return Err(io::ErrorKind::WriteZero.into());
+        }
+        data = &data[n..];
+        offset += n as u64;
+    }
+    Ok(())
+}
+
+#[cfg(target_os = "macos")]
+fn barrier(file: &std::fs::File) -> io::Result<()> {
+    use std::os::fd::AsRawFd;
+    // F_BARRIERFSYNC orders this file's writes before later ones without a full media flush.
+    // SAFETY: fcntl on a valid, open descriptor owned by `file`.
+    let rc = unsafe { libc::fcntl(file.as_raw_fd(), libc::F_BARRIERFSYNC) };
+    if rc == -1 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(())
+    }
+}
+#[cfg(not(target_os = "macos"))]
+fn barrier(file: &std::fs::File) -> io::Result<()> {
+    // Linux has no ordering-only barrier; fdatasync is the cheapest call that gives one.
+    file.sync_data()
+}
+
+impl VfsFile for RealFile {
+    fn len(&self) -> Result<u64, VfsError> {
+        self.file
+            .metadata()
+            .map(|m| m.len())
+            .map_err(|e| VfsError::from_io(&e))
+    }
+
+    fn read_at(&self, offset: u64, buf: &mut [u8]) -> Result<usize, VfsError> {
+        loop {
+            match read_at(&self.file, buf, offset) {
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                other => return other.map_err(|e| VfsError::from_io(&e)),
+            }
+        }
+    }
+
+    fn write_at(&self, offset: u64, data: &[u8]) -> Result<(), VfsError> {
+        write_all_at(&self.file, data, offset).map_err(|e| VfsError::from_io(&e))
+    }
+
+    fn set_len(&self, len: u64) -> Result<(), VfsError> {
+        self.file.set_len(len).map_err(|e| VfsError::from_io(&e))
+    }
+
+    fn sync(&self, kind: SyncKind) -> Result<(), VfsError> {
+        let result = match kind {
+            SyncKind::Data => self.file.sync_data(),
+            SyncKind::Full => self.file.sync_all(),
+            SyncKind::Barrier => barrier(&self.file),
+        };
+        result.map_err(|e| VfsError::from_io(&e))
+    }
+}
+
+impl RealFs {
+    fn dir(&self, dir: &str) -> Result<Dir, VfsError> {
+        check_path(dir, true)?;
+        if dir.is_empty() || dir == "." {
+            self.root.try_clone().map_err(|e| map_err(dir, e))
+        } else {
+            self.root.open_dir(dir).map_err(|e| map_err(dir, e))
+        }
+    }
+}
+
+impl Vfs for RealFs {
+    fn open(&self, path: &str, mode: OpenMode) -> Result<Box<dyn VfsFile>, VfsError> {
+        check_path(path, false)?;
+        let mut options = OpenOptions::new();
+        options.read(true).write(true);
+        match mode {
+            OpenMode::Existing => {}
+            OpenMode::Create => {
+                options.create(true);
+            }
+            OpenMode::CreateNew => {
+                options.create_new(true);
+            }
+            OpenMode::Truncate => {
+                options.create(true).truncate(true);
+            }
+        }
+        let file = self
+            .root
+            .open_with(path, &options)
+            .map_err(|e| map_err(path, e))?;
+        Ok(Box::new(RealFile {
+            file: file.into_std(),
+        }))
+    }
+
+    fn rename(&self, from: &str, to: &str) -> Result<(), VfsError> {
+        check_path(from, false)?;
+        check_path(to, false)?;
+        self.root
+            .rename(from, &self.root, to)
+            .map_err(|e| map_err(from, e))
+    }
+
+    fn sync_dir(&self, dir: &str) -> Result<(), VfsError> {
+        check_path(dir, true)?;
+        // cap-std holds directories as O_PATH descriptors, which fsync refuses (EBADF); open the
+        // directory read-only as a file to get a descriptor that can be synced.
+        let target = if dir.is_empty() { "." } else { dir };
+        let mut options = OpenOptions::new();
+        options.read(true);
+        let handle = self
+            .root
+            .open_with(target, &options)
+            .map_err(|e| map_err(dir, e))?;
+        handle.sync_all().map_err(|e| VfsError::from_io(&e))
+    }
+
+    fn remove(&self, path: &str) -> Result<(), VfsError> {
+        check_path(path, false)?;
+        self.root.remove_file(path).map_err(|e| map_err(path, e))
+    }
+
+    fn exists(&self, path: &str) -> Result<bool, VfsError> {
+        check_path(path, false)?;
+        match self.root.symlink_metadata(path) {
+            Ok(_) => Ok(true),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(false),
+            Err(e) => Err(map_err(path, e)),
+        }
+    }
+
+    fn list(&self, dir: &str) -> Result<Vec<String>, VfsError> {
+        let handle = self.dir(dir)?;
+        let mut names = Vec::new();
+        for entry in handle.entries().map_err(|e| map_err(dir, e))? {
+            let entry = entry.map_err(|e| map_err(dir, e))?;
+            names.push(entry.file_name().to_string_lossy().into_owned());
+        }
+        names.sort();
+        Ok(names)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::check_path;
+
+    #[test]
+    fn lexical_checks() {
+        for bad in [
+            "",
+            "/etc/passwd",
+            "../x",
+            "a/../../x",
+            "a//b",
+            "./a",
+            "a\0b",
+            "C:\\x",
+        ] {
+            assert!(check_path(bad, false).is_err(), "{bad:?} must be refused");
+        }
+        assert!(check_path(&"a".repeat(256), false).is_err());
+        assert!(check_path(&"a/".repeat(2100), false).is_err());
+        for good in ["a", "a/b.wal", "dir/sub/log"] {
+            assert!(check_path(good, false).is_ok(), "{good:?} must pass");
+        }
+        assert!(check_path("", true).is_ok());
+    }
+}

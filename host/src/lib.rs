@@ -1,0 +1,63 @@
+//! `stele-host`: runs the Stele engine natively or sandboxed in its WebAssembly component.
+//!
+//! - [`Wal`]: the write-ahead log's typed API, the same in both [`Mode`]s.
+//! - [`fs::RealFs`]: the real filesystem, confined to one root directory.
+//! - [`runtime`]: the wasmtime engine, the embedded component, per-instance limits.
+//!
+//! ```no_run
+//! use std::sync::Arc;
+//! use stele::wal::{DurabilityPolicy, WalOptions};
+//! use stele_host::{Mode, Wal, fs::RealFs};
+//!
+//! let fs = Arc::new(RealFs::open_root("/var/lib/myapp")?);
+//! let (wal, recovery) =
+//!     Wal::open(fs, "events.wal", WalOptions::new(DurabilityPolicy::FullSync), Mode::Sandboxed)?;
+//! let seq = wal.commit_durable(1, b"hello")?; // survives power loss once this returns
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+
+pub mod fs;
+pub mod runtime;
+mod vfs_import;
+mod wal;
+
+pub use stele;
+pub use vfs_import::READ_BYTES_MAX;
+pub use wal::{Wal, WalError, read_wal};
+
+/// Where the engine runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Mode {
+    /// The engine is called directly, in this process's address space.
+    Native,
+    /// The engine runs inside the component, in its own wasmtime store, with no file access but
+    /// the `stele:log/vfs` import.
+    Sandboxed,
+}
+
+impl Mode {
+    pub const ALL: [Mode; 2] = [Mode::Native, Mode::Sandboxed];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Mode::Native => "native",
+            Mode::Sandboxed => "sandboxed",
+        }
+    }
+}
+
+/// What only sandboxed mode can fail with.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum SandboxError {
+    /// The embedded component failed to compile or link.
+    #[error("loading the Stele component failed: {0}")]
+    Load(String),
+    /// Creating an instance failed (a store limit, say).
+    #[error("instantiating the Stele component failed: {0}")]
+    Instantiate(String),
+    /// The guest trapped. Its state is unknown, so this instance refuses every later call; the
+    /// host and other instances are unaffected.
+    #[error("the Stele component trapped; this instance is unusable: {0}")]
+    Trapped(String),
+}

@@ -1,0 +1,143 @@
+//! The host side of `stele:log/vfs`: serves a guest's file calls from the store's [`Vfs`].
+//!
+//! Open files live in the store's [`ResourceTable`]; a guest holds only their handles. A handle
+//! that is not in the table (never issued, or already dropped) cannot reach this code: the
+//! component model checks handles on entry and traps the guest, never the host. Limits:
+//! [`READ_BYTES_MAX`] per read and the instance's `open_files_max`.
+
+use stele::vfs::{OpenMode, SyncKind, VfsError, VfsFile};
+use wasmtime::component::Resource;
+
+use crate::runtime::GuestState;
+use crate::runtime::bindings::stele::log::vfs as wit;
+
+/// The most bytes one `read-at` returns; a larger request is answered short, as a read at end
+/// of file would be. Bounds the host allocation a guest can ask for in one call. 4 MiB is four
+/// replay chunks; chosen, not measured.
+pub const READ_BYTES_MAX: u64 = 4 << 20;
+
+/// A file a guest opened.
+pub struct HostFile {
+    file: Box<dyn VfsFile>,
+}
+
+pub(crate) fn to_wit(err: VfsError) -> wit::VfsError {
+    match err {
+        VfsError::NotFound => wit::VfsError::NotFound,
+        VfsError::AlreadyExists => wit::VfsError::AlreadyExists,
+        VfsError::NoSpace => wit::VfsError::NoSpace,
+        VfsError::InvalidPath(p) => wit::VfsError::InvalidPath(p),
+        VfsError::PermissionDenied => wit::VfsError::PermissionDenied,
+        VfsError::TooManyHandles => wit::VfsError::TooManyHandles,
+        VfsError::InvalidInput(m) => wit::VfsError::InvalidInput(m),
+        VfsError::Io(m) => wit::VfsError::Io(m),
+        other => wit::VfsError::Io(other.to_string()),
+    }
+}
+
+pub(crate) fn from_wit(err: wit::VfsError) -> VfsError {
+    match err {
+        wit::VfsError::NotFound => VfsError::NotFound,
+        wit::VfsError::AlreadyExists => VfsError::AlreadyExists,
+        wit::VfsError::NoSpace => VfsError::NoSpace,
+        wit::VfsError::InvalidPath(p) => VfsError::InvalidPath(p),
+        wit::VfsError::PermissionDenied => VfsError::PermissionDenied,
+        wit::VfsError::TooManyHandles => VfsError::TooManyHandles,
+        wit::VfsError::InvalidInput(m) => VfsError::InvalidInput(m),
+        wit::VfsError::Io(m) => VfsError::Io(m),
+    }
+}
+
+type Answer<T> = wasmtime::Result<Result<T, wit::VfsError>>;
+
+impl wit::Host for GuestState {
+    fn open(&mut self, path: String, mode: wit::OpenMode) -> Answer<Resource<HostFile>> {
+        if self.open_files >= self.open_files_max {
+            return Ok(Err(wit::VfsError::TooManyHandles));
+        }
+        let mode = match mode {
+            wit::OpenMode::Existing => OpenMode::Existing,
+            wit::OpenMode::Create => OpenMode::Create,
+            wit::OpenMode::CreateNew => OpenMode::CreateNew,
+            wit::OpenMode::Truncate => OpenMode::Truncate,
+        };
+        match self.vfs.open(&path, mode) {
+            Ok(file) => {
+                let handle = self.table.push(HostFile { file })?;
+                self.open_files += 1;
+                Ok(Ok(handle))
+            }
+            Err(e) => Ok(Err(to_wit(e))),
+        }
+    }
+
+    fn rename(&mut self, source: String, destination: String) -> Answer<()> {
+        Ok(self.vfs.rename(&source, &destination).map_err(to_wit))
+    }
+
+    fn sync_dir(&mut self, path: String) -> Answer<()> {
+        Ok(self.vfs.sync_dir(&path).map_err(to_wit))
+    }
+
+    fn remove(&mut self, path: String) -> Answer<()> {
+        Ok(self.vfs.remove(&path).map_err(to_wit))
+    }
+
+    fn exists(&mut self, path: String) -> Answer<bool> {
+        Ok(self.vfs.exists(&path).map_err(to_wit))
+    }
+
+    fn list_dir(&mut self, path: String) -> Answer<Vec<String>> {
+        Ok(self.vfs.list(&path).map_err(to_wit))
+    }
+}
+
+impl wit::HostFile for GuestState {
+    fn len(&mut self, file: Resource<HostFile>) -> Answer<u64> {
+        Ok(self.table.get(&file)?.file.len().map_err(to_wit))
+    }
+
+    fn read_at(&mut self, file: Resource<HostFile>, offset: u64, len: u64) -> Answer<Vec<u8>> {
+        let file = &self.table.get(&file)?.file;
+        let want = len.min(READ_BYTES_MAX) as usize;
+        let mut buf = vec![0u8; want];
+        let mut filled = 0;
+        while filled < want {
+            match file.read_at(offset + filled as u64, &mut buf[filled..]) {
+                Ok(0) => break,
+                Ok(n) => filled += n,
+                Err(e) => return Ok(Err(to_wit(e))),
+            }
+        }
+        buf.truncate(filled);
+        Ok(Ok(buf))
+    }
+
+    fn write_at(&mut self, file: Resource<HostFile>, offset: u64, data: Vec<u8>) -> Answer<()> {
+        Ok(self
+            .table
+            .get(&file)?
+            .file
+            .write_at(offset, &data)
+            .map_err(to_wit))
+    }
+
+    fn set_len(&mut self, file: Resource<HostFile>, len: u64) -> Answer<()> {
+        Ok(self.table.get(&file)?.file.set_len(len).map_err(to_wit))
+    }
+
+    fn sync(&mut self, file: Resource<HostFile>, kind: wit::SyncKind) -> Answer<()> {
+        let kind = match kind {
+            wit::SyncKind::Data => SyncKind::Data,
+            wit::SyncKind::Full => SyncKind::Full,
+            wit::SyncKind::Barrier => SyncKind::Barrier,
+        };
+        Ok(self.table.get(&file)?.file.sync(kind).map_err(to_wit))
+    }
+
+    fn drop(&mut self, file: Resource<HostFile>) -> wasmtime::Result<()> {
+        self.table.delete(file)?;
+        self.open_files -= 1;
+        Ok(())
+    }
+}
