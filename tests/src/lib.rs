@@ -1,1 +1,188 @@
+//! Shared helpers for the cross-crate suites: temporary confined roots, a Vfs that fails on
+//! cue, deterministic payloads, and a macro that runs one test body in both modes.
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use stele::vfs::{OpenMode, SyncKind, Vfs, VfsError, VfsFile};
+use stele_host::fs::RealFs;
+
+/// A fresh temporary directory and a [`RealFs`] confined to it. The directory is removed on drop.
+pub struct TempRoot {
+    pub dir: tempfile::TempDir,
+    pub fs: Arc<RealFs>,
+}
+
+impl TempRoot {
+    pub fn new() -> TempRoot {
+        let dir = tempfile::Builder::new()
+            .prefix("stele-test-")
+            .tempdir()
+            .expect("temp dir");
+        let fs = Arc::new(RealFs::open_root(dir.path()).expect("open root"));
+        TempRoot { dir, fs }
+    }
+
+    pub fn vfs(&self) -> Arc<dyn Vfs> {
+        self.fs.clone()
+    }
+
+    pub fn path(&self, name: &str) -> std::path::PathBuf {
+        self.dir.path().join(name)
+    }
+
+    pub fn read(&self, name: &str) -> Vec<u8> {
+        std::fs::read(self.path(name)).expect("read file in root")
+    }
+
+    pub fn write(&self, name: &str, bytes: &[u8]) {
+        std::fs::write(self.path(name), bytes).expect("write file in root");
+    }
+}
+
+impl Default for TempRoot {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// A deterministic payload that names its writer and index, so a test can check any recovered
+/// record byte for byte.
+pub fn payload(writer: u64, index: u64, len: usize) -> Vec<u8> {
+    assert!(len >= 16, "payload carries writer and index");
+    let mut p = Vec::with_capacity(len);
+    p.extend_from_slice(&writer.to_le_bytes());
+    p.extend_from_slice(&index.to_le_bytes());
+    p.extend((16..len).map(|i| (i as u64 ^ writer.wrapping_mul(31) ^ index) as u8));
+    p
+}
+
+/// Decodes `(writer, index)` from a [`payload`].
+pub fn payload_id(p: &[u8]) -> (u64, u64) {
+    (
+        u64::from_le_bytes(p[0..8].try_into().unwrap()),
+        u64::from_le_bytes(p[8..16].try_into().unwrap()),
+    )
+}
+
+/// Wraps a Vfs and fails the Nth file sync and/or the Nth write (1-based, counted over every
+/// file it opened) with a chosen error. Later calls succeed again, as Linux's fsync does after
+/// reporting an error: that is exactly the case a writer must not be fooled by.
+#[derive(Debug)]
+pub struct FailingVfs {
+    inner: Arc<dyn Vfs>,
+    counters: Arc<Counters>,
+}
+
+#[derive(Debug, Default)]
+pub struct Counters {
+    pub syncs: AtomicU64,
+    pub writes: AtomicU64,
+    pub fail_sync_at: AtomicU64,
+    pub fail_write_at: AtomicU64,
+    pub error: std::sync::Mutex<Option<VfsError>>,
+}
+
+impl FailingVfs {
+    pub fn new(inner: Arc<dyn Vfs>) -> (Arc<FailingVfs>, Arc<Counters>) {
+        let counters = Arc::new(Counters::default());
+        (
+            Arc::new(FailingVfs {
+                inner,
+                counters: counters.clone(),
+            }),
+            counters,
+        )
+    }
+}
+
+impl Counters {
+    /// Fails the `n`th file sync from now on (1-based over all syncs so far and after).
+    pub fn fail_sync_at(&self, n: u64, error: VfsError) {
+        *self.error.lock().unwrap() = Some(error);
+        self.fail_sync_at.store(n, Ordering::SeqCst);
+    }
+
+    pub fn fail_write_at(&self, n: u64, error: VfsError) {
+        *self.error.lock().unwrap() = Some(error);
+        self.fail_write_at.store(n, Ordering::SeqCst);
+    }
+
+    fn error(&self) -> VfsError {
+        self.error
+            .lock()
+            .unwrap()
+            .clone()
+            .unwrap_or(VfsError::Io("injected".into()))
+    }
+}
+
+#[derive(Debug)]
+struct FailingFile {
+    inner: Box<dyn VfsFile>,
+    counters: Arc<Counters>,
+}
+
+impl VfsFile for FailingFile {
+    fn len(&self) -> Result<u64, VfsError> {
+        self.inner.len()
+    }
+    fn read_at(&self, offset: u64, buf: &mut [u8]) -> Result<usize, VfsError> {
+        self.inner.read_at(offset, buf)
+    }
+    fn write_at(&self, offset: u64, data: &[u8]) -> Result<(), VfsError> {
+        let n = self.counters.writes.fetch_add(1, Ordering::SeqCst) + 1;
+        if n == self.counters.fail_write_at.load(Ordering::SeqCst) {
+            return Err(self.counters.error());
+        }
+        self.inner.write_at(offset, data)
+    }
+    fn set_len(&self, len: u64) -> Result<(), VfsError> {
+        self.inner.set_len(len)
+    }
+    fn sync(&self, kind: SyncKind) -> Result<(), VfsError> {
+        let n = self.counters.syncs.fetch_add(1, Ordering::SeqCst) + 1;
+        if n == self.counters.fail_sync_at.load(Ordering::SeqCst) {
+            return Err(self.counters.error());
+        }
+        self.inner.sync(kind)
+    }
+}
+
+impl Vfs for FailingVfs {
+    fn open(&self, path: &str, mode: OpenMode) -> Result<Box<dyn VfsFile>, VfsError> {
+        Ok(Box::new(FailingFile {
+            inner: self.inner.open(path, mode)?,
+            counters: self.counters.clone(),
+        }))
+    }
+    fn rename(&self, from: &str, to: &str) -> Result<(), VfsError> {
+        self.inner.rename(from, to)
+    }
+    fn sync_dir(&self, dir: &str) -> Result<(), VfsError> {
+        self.inner.sync_dir(dir)
+    }
+    fn remove(&self, path: &str) -> Result<(), VfsError> {
+        self.inner.remove(path)
+    }
+    fn exists(&self, path: &str) -> Result<bool, VfsError> {
+        self.inner.exists(path)
+    }
+    fn list(&self, dir: &str) -> Result<Vec<String>, VfsError> {
+        self.inner.list(dir)
+    }
+}
+
+/// Runs each named test body (a `fn(Mode)`) once per mode, as `native::NAME` and
+/// `sandboxed::NAME`.
+#[macro_export]
+macro_rules! both_modes {
+    ($($name:ident),* $(,)?) => {
+        mod native {
+            $( #[test] fn $name() { super::$name(stele_host::Mode::Native) } )*
+        }
+        mod sandboxed {
+            $( #[test] fn $name() { super::$name(stele_host::Mode::Sandboxed) } )*
+        }
+    };
+}

@@ -1,0 +1,503 @@
+//! The WAL suite, run natively and through the component (`native::*`, `sandboxed::*`).
+
+use std::collections::HashSet;
+use std::sync::Arc;
+
+use stele::frame::FRAME_HEADER_BYTES;
+use stele::header::{Family, FileHeader, HEADER_BYTES, HeaderError};
+use stele::vfs::VfsError;
+use stele::wal::record::{PAYLOAD_BYTES_MAX, encoded_len};
+use stele::wal::{
+    DurabilityPolicy, LogSeq, RecoveryEnd, WalOpenError, WalOptions, WalRetireError, WalWriteError,
+};
+use stele_host::{Mode, Wal, WalError, read_wal};
+use stele_tests::{FailingVfs, TempRoot, both_modes, payload, payload_id};
+
+fn opts(policy: DurabilityPolicy, first_seq: u64) -> WalOptions {
+    WalOptions {
+        first_seq: LogSeq(first_seq),
+        ..WalOptions::new(policy)
+    }
+}
+
+fn round_trip_across_reopens(mode: Mode) {
+    let root = TempRoot::new();
+    let o = opts(DurabilityPolicy::FullSync, 100);
+    let wal = Wal::create(root.vfs(), "log.wal", o, mode).unwrap();
+    assert_eq!(wal.commit(1, &payload(0, 0, 32)).unwrap(), LogSeq(100));
+    assert_eq!(
+        wal.commit_durable(2, &payload(0, 1, 40)).unwrap(),
+        LogSeq(101)
+    );
+    let batch = [(3u16, &payload(0, 2, 16)[..]), (4, &payload(0, 3, 64)[..])];
+    assert_eq!(
+        wal.commit_many_durable(&batch).unwrap(),
+        LogSeq(102)..LogSeq(104)
+    );
+    assert_eq!(
+        wal.commit_many(&[]).unwrap(),
+        LogSeq(104)..LogSeq(104),
+        "empty batch"
+    );
+    wal.flush().unwrap();
+    drop(wal);
+
+    // first_seq in options is ignored for an existing log: the header says 100.
+    let (wal, rec) = Wal::open(
+        root.vfs(),
+        "log.wal",
+        opts(DurabilityPolicy::FullSync, 7),
+        mode,
+    )
+    .unwrap();
+    assert_eq!(
+        (rec.first_seq, rec.next_seq, rec.records, rec.end),
+        (LogSeq(100), LogSeq(104), 4, RecoveryEnd::Clean)
+    );
+    assert_eq!(
+        wal.commit_durable(5, &payload(1, 0, 20)).unwrap(),
+        LogSeq(104)
+    );
+    drop(wal);
+
+    let (records, rec) = read_wal(root.vfs(), "log.wal", mode).unwrap();
+    assert_eq!(rec.end, RecoveryEnd::Clean);
+    let got: Vec<(u64, u16, Vec<u8>)> = records
+        .iter()
+        .map(|r| (r.seq.0, r.op, r.payload.to_vec()))
+        .collect();
+    let want = vec![
+        (100, 1, payload(0, 0, 32)),
+        (101, 2, payload(0, 1, 40)),
+        (102, 3, payload(0, 2, 16)),
+        (103, 4, payload(0, 3, 64)),
+        (104, 5, payload(1, 0, 20)),
+    ];
+    assert_eq!(got, want);
+    // Bytes on disk: header, then exactly the encoded records.
+    let bytes = root.read("log.wal");
+    let header =
+        FileHeader::decode_expecting(&bytes, Family::Wal, stele::wal::WAL_VERSION).unwrap();
+    assert_eq!(header.family_word, 100);
+    let body: usize = want.iter().map(|(_, _, p)| encoded_len(p.len())).sum();
+    assert_eq!(bytes.len(), HEADER_BYTES + body);
+}
+
+fn missing_or_empty_file_is_a_new_log(mode: Mode) {
+    let root = TempRoot::new();
+    let (wal, rec) = Wal::open(
+        root.vfs(),
+        "fresh.wal",
+        opts(DurabilityPolicy::Barrier, 9),
+        mode,
+    )
+    .unwrap();
+    assert_eq!((rec.end, rec.next_seq), (RecoveryEnd::NewLog, LogSeq(9)));
+    assert_eq!(wal.commit_durable(0, b"x").unwrap(), LogSeq(9));
+    drop(wal);
+    root.write("empty.wal", b"");
+    let (_, rec) = Wal::open(
+        root.vfs(),
+        "empty.wal",
+        opts(DurabilityPolicy::Barrier, 3),
+        mode,
+    )
+    .unwrap();
+    assert_eq!((rec.end, rec.next_seq), (RecoveryEnd::NewLog, LogSeq(3)));
+    // create refuses a file that holds bytes
+    let err = Wal::create(
+        root.vfs(),
+        "fresh.wal",
+        opts(DurabilityPolicy::Barrier, 0),
+        mode,
+    )
+    .unwrap_err();
+    assert!(
+        matches!(err, WalError::Open(WalOpenError::NotEmpty { .. })),
+        "{err:?}"
+    );
+}
+
+/// Builds a log of three records and returns (bytes, offset where the last record starts).
+fn three_record_log(root: &TempRoot, mode: Mode) -> (Vec<u8>, usize) {
+    let wal = Wal::create(
+        root.vfs(),
+        "base.wal",
+        opts(DurabilityPolicy::Skip, 50),
+        mode,
+    )
+    .unwrap();
+    for i in 0..3 {
+        wal.commit_durable(1, &payload(0, i, 24 + i as usize * 10))
+            .unwrap();
+    }
+    drop(wal);
+    let bytes = root.read("base.wal");
+    let last_len = encoded_len(24 + 20);
+    (bytes.clone(), bytes.len() - last_len)
+}
+
+fn torn_tail_at_every_offset_recovers_the_complete_records(mode: Mode) {
+    let root = TempRoot::new();
+    let (full, last_start) = three_record_log(&root, mode);
+    for cut in last_start + 1..full.len() {
+        root.write("cut.wal", &full[..cut]);
+        let (wal, rec) = Wal::open(
+            root.vfs(),
+            "cut.wal",
+            opts(DurabilityPolicy::FullSync, 0),
+            mode,
+        )
+        .unwrap_or_else(|e| panic!("cut at {cut}: {e}"));
+        assert_eq!(rec.end, RecoveryEnd::TornTail, "cut at {cut}");
+        assert_eq!((rec.records, rec.next_seq), (2, LogSeq(52)), "cut at {cut}");
+        assert_eq!(rec.valid_end, last_start as u64);
+        assert_eq!(
+            root.read("cut.wal").len(),
+            last_start,
+            "torn bytes are cut before appending"
+        );
+        assert_eq!(
+            wal.commit_durable(9, b"after the tear").unwrap(),
+            LogSeq(52)
+        );
+        drop(wal);
+        let (records, rec) = read_wal(root.vfs(), "cut.wal", mode).unwrap();
+        assert_eq!(rec.end, RecoveryEnd::Clean, "cut at {cut}");
+        let seqs: Vec<u64> = records.iter().map(|r| r.seq.0).collect();
+        assert_eq!(seqs, vec![50, 51, 52], "cut at {cut}");
+        assert_eq!(&records[2].payload[..], b"after the tear");
+        assert_eq!(&records[1].payload[..], &payload(0, 1, 34)[..]);
+    }
+}
+
+fn middle_corruption_is_refused_with_its_offset(mode: Mode) {
+    let root = TempRoot::new();
+    let (full, _) = three_record_log(&root, mode);
+    let first = HEADER_BYTES;
+    let second = first + encoded_len(24);
+    for (flip_at, record_start) in [
+        (first + FRAME_HEADER_BYTES + 3, first),
+        (second + 2, second),
+    ] {
+        let mut bad = full.clone();
+        bad[flip_at] ^= 0x5a;
+        root.write("bad.wal", &bad);
+        let err = Wal::open(
+            root.vfs(),
+            "bad.wal",
+            opts(DurabilityPolicy::FullSync, 0),
+            mode,
+        )
+        .unwrap_err();
+        match err {
+            WalError::Open(WalOpenError::Corrupt {
+                offset,
+                valid_record_at,
+            }) => {
+                assert_eq!(offset, record_start as u64);
+                assert!(valid_record_at > offset);
+            }
+            other => panic!("flip at {flip_at}: expected Corrupt, got {other:?}"),
+        }
+        assert_eq!(root.read("bad.wal"), bad, "a refused log is not modified");
+        let err = read_wal(root.vfs(), "bad.wal", mode).unwrap_err();
+        assert!(
+            matches!(err, WalError::Open(WalOpenError::Corrupt { .. })),
+            "{err:?}"
+        );
+    }
+}
+
+fn header_of_another_version_is_refused(mode: Mode) {
+    let root = TempRoot::new();
+    let (mut bytes, _) = three_record_log(&root, mode);
+    let newer = FileHeader {
+        family: Family::Wal,
+        version: 2,
+        family_word: 50,
+    }
+    .encode();
+    bytes[..HEADER_BYTES].copy_from_slice(&newer);
+    root.write("newer.wal", &bytes);
+    let err = Wal::open(
+        root.vfs(),
+        "newer.wal",
+        opts(DurabilityPolicy::FullSync, 0),
+        mode,
+    )
+    .unwrap_err();
+    assert_eq!(
+        err,
+        WalError::Open(WalOpenError::BadHeader(HeaderError::UnsupportedVersion {
+            found: 2,
+            supported: 1
+        }))
+    );
+    root.write("junk.wal", &[0xEE; 100]);
+    let err = Wal::open(
+        root.vfs(),
+        "junk.wal",
+        opts(DurabilityPolicy::FullSync, 0),
+        mode,
+    )
+    .unwrap_err();
+    assert_eq!(
+        err,
+        WalError::Open(WalOpenError::BadHeader(HeaderError::BadMagic))
+    );
+}
+
+fn group_commit_16_threads_500_each(mode: Mode) {
+    const THREADS: u64 = 16;
+    const PER_THREAD: u64 = 500;
+    let root = TempRoot::new();
+    let o = WalOptions {
+        retained_bytes_max: 0,
+        ..opts(DurabilityPolicy::FullSync, 0)
+    };
+    let wal = Arc::new(Wal::create(root.vfs(), "group.wal", o, mode).unwrap());
+    let seqs: Vec<Vec<u64>> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..THREADS)
+            .map(|t| {
+                let wal = wal.clone();
+                s.spawn(move || {
+                    (0..PER_THREAD)
+                        .map(|i| wal.commit_durable(1, &payload(t, i, 128)).unwrap().0)
+                        .collect::<Vec<u64>>()
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    let mut all: Vec<u64> = seqs.iter().flatten().copied().collect();
+    all.sort_unstable();
+    assert_eq!(
+        all,
+        (0..THREADS * PER_THREAD).collect::<Vec<_>>(),
+        "distinct and contiguous"
+    );
+    for per_thread in &seqs {
+        assert!(
+            per_thread.windows(2).all(|w| w[0] < w[1]),
+            "a thread's seqs increase"
+        );
+    }
+    let stats = wal.stats().unwrap();
+    assert_eq!(stats.records, THREADS * PER_THREAD);
+    assert_eq!(stats.durable_end, LogSeq(THREADS * PER_THREAD));
+    if mode == Mode::Native {
+        assert!(
+            stats.records_per_group() > 1.0,
+            "native threads must share groups: {} records in {} groups",
+            stats.records,
+            stats.groups
+        );
+    }
+    drop(wal);
+    let (records, rec) = read_wal(root.vfs(), "group.wal", mode).unwrap();
+    assert_eq!(rec.records, THREADS * PER_THREAD);
+    let mut ids = HashSet::new();
+    for r in &records {
+        let (t, i) = payload_id(&r.payload);
+        assert_eq!(
+            &r.payload[..],
+            &payload(t, i, 128)[..],
+            "record {} intact",
+            r.seq
+        );
+        assert!(ids.insert((t, i)), "({t}, {i}) recovered once");
+    }
+    assert_eq!(ids.len() as u64, THREADS * PER_THREAD);
+}
+
+fn failed_sync_poisons_the_writer(mode: Mode) {
+    let root = TempRoot::new();
+    let (vfs, counters) = FailingVfs::new(root.vfs());
+    let wal = Wal::create(
+        vfs.clone(),
+        "p.wal",
+        opts(DurabilityPolicy::FullSync, 0),
+        mode,
+    )
+    .unwrap();
+    let syncs_after_create = counters.syncs.load(std::sync::atomic::Ordering::SeqCst);
+    assert_eq!(wal.commit_durable(1, b"durable").unwrap(), LogSeq(0));
+    counters.fail_sync_at(syncs_after_create + 2, VfsError::Io("injected EIO".into()));
+    let err = wal.commit_durable(1, b"doomed").unwrap_err();
+    assert_eq!(
+        err,
+        WalError::Write(WalWriteError::Failed {
+            cause: VfsError::Io("injected EIO".into())
+        })
+    );
+    // Staged records stay visible; nothing after the failure is reported durable.
+    let visible: Vec<u64> = wal
+        .visible_records(LogSeq(0), 10)
+        .unwrap()
+        .iter()
+        .map(|r| r.seq.0)
+        .collect();
+    assert_eq!(visible, vec![0, 1]);
+    let stats = wal.stats().unwrap();
+    assert_eq!(
+        (stats.durable_end, stats.visible_end),
+        (LogSeq(1), LogSeq(2))
+    );
+    // Every later call is refused, even though the Vfs would now sync fine.
+    for err in [
+        wal.commit(1, b"x").map(|_| ()).unwrap_err(),
+        wal.commit_durable(1, b"x").map(|_| ()).unwrap_err(),
+        wal.commit_many_durable(&[(1, b"x")])
+            .map(|_| ())
+            .unwrap_err(),
+        wal.flush().unwrap_err(),
+    ] {
+        assert!(
+            matches!(err, WalError::Write(WalWriteError::Poisoned { .. })),
+            "{err:?}"
+        );
+    }
+    assert_eq!(wal.stats().unwrap().durable_end, LogSeq(1));
+    assert!(
+        wal.retire_visible_through(LogSeq(1)).is_err(),
+        "seq 1 never became durable"
+    );
+    assert_eq!(wal.retire_visible_through(LogSeq(0)).unwrap().records, 1);
+}
+
+fn failed_write_poisons_and_reopen_recovers_the_durable_prefix(mode: Mode) {
+    let root = TempRoot::new();
+    let (vfs, counters) = FailingVfs::new(root.vfs());
+    let wal = Wal::create(
+        vfs.clone(),
+        "w.wal",
+        opts(DurabilityPolicy::FullSync, 0),
+        mode,
+    )
+    .unwrap();
+    wal.commit_durable(1, b"one").unwrap();
+    let writes = counters.writes.load(std::sync::atomic::Ordering::SeqCst);
+    counters.fail_write_at(writes + 1, VfsError::NoSpace);
+    let err = wal.commit_durable(1, b"two").unwrap_err();
+    assert_eq!(
+        err,
+        WalError::Write(WalWriteError::Failed {
+            cause: VfsError::NoSpace
+        })
+    );
+    drop(wal);
+    let (records, rec) = read_wal(root.vfs(), "w.wal", mode).unwrap();
+    assert_eq!((records.len(), rec.end), (1, RecoveryEnd::Clean));
+}
+
+fn retiring_beyond_durable_end_fails_and_within_releases_bytes(mode: Mode) {
+    let root = TempRoot::new();
+    let wal = Wal::create(
+        root.vfs(),
+        "r.wal",
+        opts(DurabilityPolicy::FullSync, 10),
+        mode,
+    )
+    .unwrap();
+    wal.commit_many_durable(&[(1, b"a"), (1, b"bb"), (1, b"ccc")])
+        .unwrap();
+    let before = wal.stats().unwrap();
+    assert_eq!(
+        (before.retained_records, before.durable_end),
+        (3, LogSeq(13))
+    );
+    let err = wal.retire_visible_through(LogSeq(13)).unwrap_err();
+    assert_eq!(
+        err,
+        WalError::Retire(WalRetireError::BeyondDurable {
+            requested: LogSeq(13),
+            durable_end: LogSeq(13)
+        })
+    );
+    assert_eq!(
+        wal.stats().unwrap().retained_bytes,
+        before.retained_bytes,
+        "nothing clamped"
+    );
+    let r = wal.retire_visible_through(LogSeq(11)).unwrap();
+    assert_eq!(r.records, 2);
+    assert_eq!(r.bytes, (encoded_len(1) + encoded_len(2)) as u64);
+    assert_eq!(r.retained_bytes, before.retained_bytes - r.bytes);
+    let left = wal.visible_records(LogSeq(0), 10).unwrap();
+    assert_eq!(left.len(), 1);
+    assert_eq!(
+        (left[0].seq, &left[0].payload[..]),
+        (LogSeq(12), &b"ccc"[..])
+    );
+}
+
+fn oversized_payload_and_group_are_typed_errors_that_consume_nothing(mode: Mode) {
+    let root = TempRoot::new();
+    let o = WalOptions {
+        max_group_bytes: Some(1024),
+        ..opts(DurabilityPolicy::FullSync, 0)
+    };
+    let wal = Wal::create(root.vfs(), "big.wal", o, mode).unwrap();
+    let err = wal.commit_durable(1, &vec![0u8; 2000]).unwrap_err();
+    assert_eq!(
+        err,
+        WalError::Write(WalWriteError::GroupTooLarge {
+            encoded_bytes: encoded_len(2000),
+            max_group_bytes: 1024
+        })
+    );
+    let _ = PAYLOAD_BYTES_MAX; // the format bound; the group bound above is hit first here
+    assert_eq!(
+        wal.commit_durable(1, b"ok").unwrap(),
+        LogSeq(0),
+        "no seq consumed"
+    );
+    drop(wal);
+    assert_eq!(root.read("big.wal").len(), HEADER_BYTES + encoded_len(2));
+}
+
+fn confinement_refuses_escapes(mode: Mode) {
+    let root = TempRoot::new();
+    let outside = tempfile::tempdir().unwrap();
+    std::os::unix::fs::symlink(outside.path(), root.path("link")).unwrap();
+    std::os::unix::fs::symlink(outside.path().join("x.wal"), root.path("filelink.wal")).unwrap();
+    for path in [
+        "../x.wal",
+        "/etc/passwd",
+        "link/x.wal",
+        "filelink.wal",
+        "a/../../x.wal",
+        "nul\0.wal",
+    ] {
+        let err =
+            Wal::open(root.vfs(), path, opts(DurabilityPolicy::FullSync, 0), mode).unwrap_err();
+        assert!(
+            matches!(
+                err,
+                WalError::Open(WalOpenError::Vfs(VfsError::InvalidPath(_)))
+            ),
+            "{path:?}: {err:?}"
+        );
+    }
+    assert_eq!(
+        std::fs::read_dir(outside.path()).unwrap().count(),
+        0,
+        "nothing created outside"
+    );
+    assert!(!root.dir.path().parent().unwrap().join("x.wal").exists());
+}
+
+both_modes!(
+    round_trip_across_reopens,
+    missing_or_empty_file_is_a_new_log,
+    torn_tail_at_every_offset_recovers_the_complete_records,
+    middle_corruption_is_refused_with_its_offset,
+    header_of_another_version_is_refused,
+    group_commit_16_threads_500_each,
+    failed_sync_poisons_the_writer,
+    failed_write_poisons_and_reopen_recovers_the_durable_prefix,
+    retiring_beyond_durable_end_fails_and_within_releases_bytes,
+    oversized_payload_and_group_are_typed_errors_that_consume_nothing,
+    confinement_refuses_escapes,
+);
