@@ -287,8 +287,9 @@ fn group_commit_16_threads_500_each(mode: Mode) {
     assert_eq!(stats.records, THREADS * PER_THREAD);
     assert_eq!(stats.durable_end, LogSeq(THREADS * PER_THREAD));
     if mode == Mode::Native {
+        // About 15.8 on this 2-core machine (FullSync); 4 leaves room for a noisy CI host.
         assert!(
-            stats.records_per_group() > 1.0,
+            stats.records_per_group() >= 4.0,
             "native threads must share groups: {} records in {} groups",
             stats.records,
             stats.groups
@@ -364,6 +365,69 @@ fn failed_sync_poisons_the_writer(mode: Mode) {
         "seq 1 never became durable"
     );
     assert_eq!(wal.retire_visible_through(LogSeq(0)).unwrap().records, 1);
+}
+
+fn failed_sync_reaches_every_waiter_and_nothing_later_is_durable(mode: Mode) {
+    let root = TempRoot::new();
+    let (vfs, counters) = FailingVfs::new(root.vfs());
+    let o = WalOptions {
+        retained_bytes_max: 0,
+        ..opts(DurabilityPolicy::FullSync, 0)
+    };
+    let wal = Arc::new(Wal::create(vfs.clone(), "many.wal", o, mode).unwrap());
+    let base = counters.syncs.load(std::sync::atomic::Ordering::SeqCst);
+    counters.fail_sync_at(base + 5, VfsError::Io("injected EIO".into()));
+    let results: Vec<Vec<Result<LogSeq, WalError>>> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..16u64)
+            .map(|t| {
+                let wal = wal.clone();
+                s.spawn(move || {
+                    (0..20)
+                        .map(|i| wal.commit_durable(1, &payload(t, i, 64)))
+                        .collect()
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    let durable_end = wal.stats().unwrap().durable_end;
+    let (mut acked, mut failed) = (Vec::new(), 0);
+    for per_thread in &results {
+        let mut refused = false;
+        for r in per_thread {
+            match r {
+                Ok(seq) => {
+                    assert!(!refused, "no success after this thread saw the failure");
+                    assert!(
+                        *seq < durable_end,
+                        "acknowledged {seq} beyond durable end {durable_end}"
+                    );
+                    acked.push(seq.0);
+                }
+                Err(WalError::Write(WalWriteError::Failed { cause })) => {
+                    assert_eq!(cause, &VfsError::Io("injected EIO".into()));
+                    failed += 1;
+                    refused = true;
+                }
+                Err(WalError::Write(WalWriteError::Poisoned { .. })) => refused = true,
+                Err(other) => panic!("unexpected {other:?}"),
+            }
+        }
+        assert!(refused, "every thread ends refused");
+    }
+    assert!(failed >= 1);
+    assert_eq!(
+        acked.len() as u64,
+        durable_end.0,
+        "exactly the acknowledged records are durable"
+    );
+    drop(wal);
+    let (records, _) = read_wal(root.vfs(), "many.wal", mode).unwrap();
+    let on_disk: HashSet<u64> = records.iter().map(|r| r.seq.0).collect();
+    assert!(
+        acked.iter().all(|s| on_disk.contains(s)),
+        "every acknowledged record is on disk"
+    );
 }
 
 fn failed_write_poisons_and_reopen_recovers_the_durable_prefix(mode: Mode) {
@@ -496,6 +560,7 @@ both_modes!(
     header_of_another_version_is_refused,
     group_commit_16_threads_500_each,
     failed_sync_poisons_the_writer,
+    failed_sync_reaches_every_waiter_and_nothing_later_is_durable,
     failed_write_poisons_and_reopen_recovers_the_durable_prefix,
     retiring_beyond_durable_end_fails_and_within_releases_bytes,
     oversized_payload_and_group_are_typed_errors_that_consume_nothing,

@@ -27,7 +27,7 @@
 //! staging is refused, and no one can lead: a sync error may have dropped dirty pages, so no
 //! later sync could prove the earlier bytes durable (fsyncgate).
 
-use std::collections::VecDeque;
+use std::collections::{BTreeMap, VecDeque};
 use std::ops::Range;
 
 use bytes::Bytes;
@@ -122,9 +122,10 @@ pub struct Group {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[must_use]
 pub struct Leadership {
-    /// The previous leader released so that this one would gather the callers it just woke:
-    /// yield (bounded rounds) before polling the group.
-    pub handed_off: bool,
+    /// Callers of the last group are still on their way out, or the previous leader handed
+    /// leadership off so that they would be gathered: wait until they have left, then yield
+    /// while rounds bring records (bounded), before polling the group. False for a lone writer.
+    pub gather: bool,
 }
 
 /// What the leader does after a group completes.
@@ -163,9 +164,10 @@ pub struct GroupCommit {
     failure: Option<VfsError>,
     leader: bool,
     handed_off: bool,
-    /// The highest target any durable waiter registered. Waiters leave only once their target is
-    /// durable (or the writer failed), so while this exceeds `durable_end` someone still waits.
-    highest_durable_wait: LogSeq,
+    /// Targets of the durable waiters currently inside a call, with their counts. It answers
+    /// two questions exactly: does anyone wait on pending records (hand off), and how many
+    /// waiters whose records are durable have not left yet (gather until they have).
+    waiters: BTreeMap<LogSeq, usize>,
     retained: VecDeque<(VisibleRecord, usize)>,
     retained_bytes: usize,
     stats: WalWriterStats,
@@ -187,7 +189,7 @@ impl GroupCommit {
             failure: None,
             leader: false,
             handed_off: false,
-            highest_durable_wait: next_seq,
+            waiters: BTreeMap::new(),
             retained: VecDeque::new(),
             retained_bytes: 0,
             stats: WalWriterStats {
@@ -306,9 +308,47 @@ impl GroupCommit {
         Ok(start..seq)
     }
 
-    /// Registers a caller that will wait until `target` (exclusive) is durable.
+    /// Registers a caller that will wait until `target` (exclusive) is durable. Every
+    /// registration must be paired with [`Self::deregister_durable_wait`] when the caller leaves,
+    /// whatever the outcome (a cancelled async caller included).
     pub fn register_durable_wait(&mut self, target: LogSeq) {
-        self.highest_durable_wait = self.highest_durable_wait.max(target);
+        *self.waiters.entry(target).or_default() += 1;
+    }
+
+    /// The caller waiting for `target` has left.
+    pub fn deregister_durable_wait(&mut self, target: LogSeq) {
+        let count = self
+            .waiters
+            .get_mut(&target)
+            .expect("deregistering a registered waiter");
+        *count -= 1;
+        if *count == 0 {
+            self.waiters.remove(&target);
+        }
+    }
+
+    /// Waiters whose records are durable but who have not left yet: callers of the last group,
+    /// woken and on their way out. A gathering leader waits for them, because they usually
+    /// commit again at once.
+    pub fn departing_waiters(&self) -> usize {
+        self.waiters
+            .range(..=self.durable_end)
+            .map(|(_, n)| n)
+            .sum()
+    }
+
+    fn someone_waits_on_pending(&self) -> bool {
+        self.waiters
+            .last_key_value()
+            .is_some_and(|(target, _)| *target > self.durable_end)
+    }
+
+    /// One gathering round ended with `pending_records()` at `pending_now`, against
+    /// `pending_before` when the round began. Keep gathering while callers of the last group are
+    /// still on their way out, or while the round brought new records; stop at the first quiet
+    /// round. The driver bounds the number of rounds; this rule never involves a clock.
+    pub fn keep_gathering(&self, pending_before: u64, pending_now: u64) -> bool {
+        self.departing_waiters() > 0 || pending_now > pending_before
     }
 
     /// Where a caller waiting for `target` (exclusive) stands.
@@ -329,7 +369,12 @@ impl GroupCommit {
         }
         self.leader = true;
         let handed_off = std::mem::take(&mut self.handed_off);
-        Some(Leadership { handed_off })
+        // Without the departing check, a full group that left nothing pending would be followed
+        // by a group of one: the first of its callers back would lead alone while the others
+        // were still on their way. Measured: 16 threads alternated groups of 16 and of 1.
+        Some(Leadership {
+            gather: handed_off || self.departing_waiters() > 0,
+        })
     }
 
     /// The next group for the leader to write, or `None` if one is in flight or nothing is
@@ -406,7 +451,7 @@ impl GroupCommit {
             self.leader = false;
             return LeaderStep::Release;
         }
-        if self.highest_durable_wait > self.durable_end {
+        if self.someone_waits_on_pending() {
             self.leader = false;
             self.handed_off = true;
             return LeaderStep::HandOff;
@@ -524,11 +569,49 @@ mod tests {
         c.stage(&[(1, b"a")]).unwrap();
         let _lead = c.claim_leadership().unwrap();
         let g = c.poll_group().unwrap();
+        c.register_durable_wait(LogSeq(11)); // the leader's own wait
         let r = c.stage(&[(1, b"b")]).unwrap();
         c.register_durable_wait(r.end);
         c.handle_group_done(&g, Ok(()));
         assert_eq!(c.poll_leader_step(), LeaderStep::HandOff);
-        assert_eq!(c.claim_leadership(), Some(Leadership { handed_off: true }));
+        assert_eq!(
+            c.departing_waiters(),
+            1,
+            "the first group's caller has not left yet"
+        );
+        assert!(c.keep_gathering(1, 1));
+        c.deregister_durable_wait(LogSeq(11));
+        assert!(
+            !c.keep_gathering(1, 1),
+            "a quiet round with nobody departing ends gathering"
+        );
+        assert!(
+            c.keep_gathering(1, 2),
+            "a round that brought records continues"
+        );
+        assert_eq!(c.claim_leadership(), Some(Leadership { gather: true }));
+        c.deregister_durable_wait(r.end);
+        assert_eq!(c.poll_group().unwrap().seqs, LogSeq(11)..LogSeq(12));
+        assert!(!c.someone_waits_on_pending());
+    }
+
+    #[test]
+    fn claim_gathers_while_the_last_groups_callers_are_leaving() {
+        let mut c = core();
+        c.register_durable_wait(LogSeq(11));
+        c.register_durable_wait(LogSeq(12));
+        c.stage(&[(1, b"a"), (1, b"b")]).unwrap();
+        let _lead = c.claim_leadership().unwrap();
+        let g = c.poll_group().unwrap();
+        c.handle_group_done(&g, Ok(()));
+        assert_eq!(c.poll_leader_step(), LeaderStep::Release, "nothing pending");
+        c.deregister_durable_wait(LogSeq(11));
+        // One caller is back before the other has left: it must not lead a group of one.
+        c.stage(&[(1, b"c")]).unwrap();
+        assert_eq!(c.claim_leadership(), Some(Leadership { gather: true }));
+        c.release_leadership();
+        c.deregister_durable_wait(LogSeq(12));
+        assert_eq!(c.claim_leadership(), Some(Leadership { gather: false }), "lone writer");
     }
 
     #[test]

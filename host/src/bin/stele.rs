@@ -147,6 +147,7 @@ struct DemoRow {
     records: u64,
     seconds: f64,
     groups: u64,
+    histogram: Vec<u64>,
     recovered: u64,
     recovery_end: RecoveryEnd,
 }
@@ -199,6 +200,17 @@ fn demo(args: DemoArgs) -> Result<()> {
             r.recovered,
             r.recovery_end,
         );
+    }
+    println!("\nGroups by records per group (log2 buckets):");
+    for r in &rows {
+        let buckets: Vec<String> = r
+            .histogram
+            .iter()
+            .enumerate()
+            .filter(|(_, n)| **n > 0)
+            .map(|(i, n)| format!("{}-{}: {n}", 1u64 << i, (1u64 << (i + 1)) - 1))
+            .collect();
+        println!("  {:<9} {}", r.mode.name(), buckets.join(", "));
     }
     println!(
         "\nNative threads share group commits. This component build exports synchronous WASI 0.2 \
@@ -278,6 +290,7 @@ fn demo_mode(fs: &Arc<RealFs>, mode: Mode, args: &DemoArgs) -> Result<DemoRow> {
         records: stats.records,
         seconds,
         groups: stats.groups,
+        histogram: stats.group_records_histogram.to_vec(),
         recovered: records.len() as u64,
         recovery_end: recovery.end,
     })
