@@ -611,7 +611,11 @@ mod tests {
         assert_eq!(c.claim_leadership(), Some(Leadership { gather: true }));
         c.release_leadership();
         c.deregister_durable_wait(LogSeq(12));
-        assert_eq!(c.claim_leadership(), Some(Leadership { gather: false }), "lone writer");
+        assert_eq!(
+            c.claim_leadership(),
+            Some(Leadership { gather: false }),
+            "lone writer"
+        );
     }
 
     #[test]
