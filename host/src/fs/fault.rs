@@ -141,33 +141,93 @@ fn sector_pieces(offset: u64, len: u64) -> Vec<(u64, u64)> {
     pieces
 }
 
-fn write_into(contents: &mut Vec<u8>, offset: u64, data: &[u8]) {
-    let start = offset as usize;
-    let end = start + data.len();
-    if contents.len() < end {
-        contents.resize(end, 0);
+/// Bytes per page of a [`PagedFile`]. Snapshots share pages, so a write copies only the pages
+/// it touches: recording a boundary after every operation costs pointers, not whole files.
+const PAGE_BYTES: usize = 4096;
+
+/// File contents as copy-on-write pages.
+#[derive(Clone, Debug, Default)]
+struct PagedFile {
+    len: usize,
+    pages: Vec<Arc<[u8; PAGE_BYTES]>>,
+}
+
+impl PagedFile {
+    fn resize(&mut self, len: usize) {
+        if len < self.len {
+            // Zero the cut part of the last kept page, so a later extension reads zeros.
+            let page = len / PAGE_BYTES;
+            if len % PAGE_BYTES != 0 && page < self.pages.len() {
+                Arc::make_mut(&mut self.pages[page])[len % PAGE_BYTES..].fill(0);
+            }
+            self.pages.truncate(len.div_ceil(PAGE_BYTES));
+        } else {
+            self.pages
+                .resize_with(len.div_ceil(PAGE_BYTES), || Arc::new([0u8; PAGE_BYTES]));
+        }
+        self.len = len;
     }
-    contents[start..end].copy_from_slice(data);
+
+    fn write(&mut self, offset: usize, data: &[u8]) {
+        let end = offset + data.len();
+        if end > self.len {
+            self.resize(end);
+        }
+        let mut at = offset;
+        while at < end {
+            let (page, within) = (at / PAGE_BYTES, at % PAGE_BYTES);
+            let n = (PAGE_BYTES - within).min(end - at);
+            Arc::make_mut(&mut self.pages[page])[within..within + n]
+                .copy_from_slice(&data[at - offset..at - offset + n]);
+            at += n;
+        }
+    }
+
+    fn read(&self, offset: usize, buf: &mut [u8]) -> usize {
+        if offset >= self.len {
+            return 0;
+        }
+        let n = buf.len().min(self.len - offset);
+        let mut at = offset;
+        while at < offset + n {
+            let (page, within) = (at / PAGE_BYTES, at % PAGE_BYTES);
+            let k = (PAGE_BYTES - within).min(offset + n - at);
+            buf[at - offset..at - offset + k]
+                .copy_from_slice(&self.pages[page][within..within + k]);
+            at += k;
+        }
+        n
+    }
+
+    fn to_vec(&self) -> Vec<u8> {
+        let mut out = vec![0u8; self.len];
+        self.read(0, &mut out);
+        out
+    }
+}
+
+fn write_into(contents: &mut PagedFile, offset: u64, data: &[u8]) {
+    contents.write(offset as usize, data);
 }
 
 /// The filesystem model: durable state, live (what reads see) state, and the volatile list
 /// that separates them.
 #[derive(Clone, Debug, Default)]
 struct Model {
-    durable_files: HashMap<u64, Vec<u8>>,
+    durable_files: HashMap<u64, PagedFile>,
     durable_names: BTreeMap<String, u64>,
-    live_files: HashMap<u64, Vec<u8>>,
+    live_files: HashMap<u64, PagedFile>,
     live_names: BTreeMap<String, u64>,
     volatile: Vec<Volatile>,
     next_id: u64,
 }
 
-fn apply(files: &mut HashMap<u64, Vec<u8>>, names: &mut BTreeMap<String, u64>, op: &Volatile) {
+fn apply(files: &mut HashMap<u64, PagedFile>, names: &mut BTreeMap<String, u64>, op: &Volatile) {
     match op {
         Volatile::Write { file, offset, data } => {
             write_into(files.entry(*file).or_default(), *offset, data)
         }
-        Volatile::SetLen { file, len } => files.entry(*file).or_default().resize(*len as usize, 0),
+        Volatile::SetLen { file, len } => files.entry(*file).or_default().resize(*len as usize),
         Volatile::Create { path, file } => {
             names.insert(path.clone(), *file);
             files.entry(*file).or_default();
@@ -268,10 +328,10 @@ impl Model {
     }
 }
 
-fn apply_file_op(contents: &mut Vec<u8>, op: &Volatile) {
+fn apply_file_op(contents: &mut PagedFile, op: &Volatile) {
     match op {
         Volatile::Write { offset, data, .. } => write_into(contents, *offset, data),
-        Volatile::SetLen { len, .. } => contents.resize(*len as usize, 0),
+        Volatile::SetLen { len, .. } => contents.resize(*len as usize),
         _ => unreachable!("only file ops are applied to a file"),
     }
 }
@@ -412,7 +472,7 @@ impl FaultFs {
     pub fn contents(&self, path: &str) -> Option<Vec<u8>> {
         let state = self.lock();
         let id = state.model.live_names.get(path)?;
-        state.model.live_files.get(id).cloned()
+        state.model.live_files.get(id).map(PagedFile::to_vec)
     }
 
     /// Replaces a file's contents, durably (for corruption tests).
@@ -426,10 +486,12 @@ impl FaultFs {
                 model.next_id
             }
         };
+        let mut contents = PagedFile::default();
+        contents.write(0, &bytes);
         model.live_names.insert(path.to_owned(), id);
         model.durable_names.insert(path.to_owned(), id);
-        model.live_files.insert(id, bytes.clone());
-        model.durable_files.insert(id, bytes);
+        model.live_files.insert(id, contents.clone());
+        model.durable_files.insert(id, contents);
         model.volatile.retain(|op| op.file() != Some(id));
     }
 }
@@ -454,7 +516,7 @@ impl VfsFile for FaultFile {
             .model
             .live_files
             .get(&self.id)
-            .map_or(0, |c| c.len() as u64))
+            .map_or(0, |c| c.len as u64))
     }
 
     fn read_at(&self, offset: u64, buf: &mut [u8]) -> Result<usize, VfsError> {
@@ -465,12 +527,7 @@ impl VfsFile for FaultFile {
         let Ok(start) = usize::try_from(offset) else {
             return Ok(0);
         };
-        if start >= data.len() {
-            return Ok(0);
-        }
-        let n = buf.len().min(data.len() - start);
-        buf[..n].copy_from_slice(&data[start..start + n]);
-        Ok(n)
+        Ok(data.read(start, buf))
     }
 
     fn write_at(&self, offset: u64, data: &[u8]) -> Result<(), VfsError> {
@@ -519,7 +576,7 @@ impl VfsFile for FaultFile {
                 .live_files
                 .entry(self.id)
                 .or_default()
-                .resize(len as usize, 0);
+                .resize(len as usize);
             state
                 .model
                 .volatile
@@ -558,7 +615,7 @@ impl Vfs for FaultFs {
             (Some(_), OpenMode::CreateNew) => Err(VfsError::AlreadyExists),
             (None, OpenMode::Existing) => Err(VfsError::NotFound),
             (Some(id), OpenMode::Truncate) => {
-                state.model.live_files.entry(id).or_default().clear();
+                state.model.live_files.entry(id).or_default().resize(0);
                 state
                     .model
                     .volatile
@@ -570,7 +627,7 @@ impl Vfs for FaultFs {
                 state.model.next_id += 1;
                 let id = state.model.next_id;
                 state.model.live_names.insert(path.to_owned(), id);
-                state.model.live_files.insert(id, Vec::new());
+                state.model.live_files.insert(id, PagedFile::default());
                 state.model.volatile.push(Volatile::Create {
                     path: path.to_owned(),
                     file: id,
@@ -798,6 +855,32 @@ mod tests {
             (OpKind::Write, 0, 6, true)
         );
         assert_eq!(fs.count(OpKind::Write), 3);
+    }
+
+    #[test]
+    fn paged_contents_behave_like_a_vec() {
+        let mut paged = PagedFile::default();
+        let mut plain: Vec<u8> = Vec::new();
+        let mut rng = 7u64;
+        for _ in 0..300 {
+            rng = rng
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            let at = (rng >> 33) as usize % 20_000;
+            let len = (rng >> 20) as usize % 9_000;
+            if rng % 5 == 0 {
+                paged.resize(at);
+                plain.resize(at, 0);
+            } else {
+                let data: Vec<u8> = (0..len).map(|i| (i as u64 ^ rng) as u8).collect();
+                paged.write(at, &data);
+                if plain.len() < at + len {
+                    plain.resize(at + len, 0);
+                }
+                plain[at..at + len].copy_from_slice(&data);
+            }
+            assert_eq!(paged.to_vec(), plain);
+        }
     }
 
     #[test]

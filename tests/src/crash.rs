@@ -1,0 +1,124 @@
+//! The crash-matrix harness. A workload runs once against a [`FaultFs`] that snapshots its model
+//! after every operation; then, for every operation boundary and every crash plan there (keep
+//! none, all, each prefix, each torn variant of each write), the harness builds the crashed
+//! filesystem and asks the workload to recover and check it against its oracle of acknowledged
+//! operations.
+//!
+//! Adding a workload is implementing [`CrashWorkload`]: `run` does the work and returns what was
+//! acknowledged (with the boundary at which each acknowledgment was observed), `check` recovers a
+//! crashed filesystem and reports violations.
+
+use std::time::{Duration, Instant};
+
+use stele_host::fs::{CrashPlan, FaultFs};
+
+/// One workload of the matrix.
+pub trait CrashWorkload: Sync {
+    /// What `run` acknowledged, for `check` to hold recovery against.
+    type Oracle: Sync;
+    fn name(&self) -> String;
+    /// Runs the workload on `fs`, which is recording boundaries.
+    fn run(&self, fs: &FaultFs) -> Self::Oracle;
+    /// Recovers `crashed` (the state after a crash at `boundary` under `plan`) and checks it.
+    fn check(&self, crashed: FaultFs, oracle: &Self::Oracle, boundary: usize)
+    -> Result<(), String>;
+}
+
+/// What one workload's matrix found.
+#[derive(Debug)]
+pub struct MatrixReport {
+    pub name: String,
+    pub boundaries: usize,
+    pub states: usize,
+    pub violations: Vec<String>,
+    pub elapsed: Duration,
+}
+
+impl MatrixReport {
+    /// The summary line CI prints.
+    pub fn line(&self) -> String {
+        format!(
+            "crash-matrix: {} states={} violations={} boundaries={} time={:.2}s",
+            self.name,
+            self.states,
+            self.violations.len(),
+            self.boundaries,
+            self.elapsed.as_secs_f64()
+        )
+    }
+}
+
+/// Runs `workload` and explores every crash state of its run.
+pub fn explore<W: CrashWorkload>(workload: &W) -> (MatrixReport, FaultFs, W::Oracle) {
+    let started = Instant::now();
+    let fs = FaultFs::new();
+    fs.record_boundaries();
+    let oracle = workload.run(&fs);
+    let boundaries = fs.boundaries();
+    let mut states = 0;
+    let mut violations = Vec::new();
+    for boundary in 0..boundaries {
+        for plan in fs.crash_plans_at(boundary) {
+            states += 1;
+            let crashed = fs.crash_at(boundary, plan);
+            let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                workload.check(crashed, &oracle, boundary)
+            }));
+            let problem = match outcome {
+                Ok(Ok(())) => None,
+                Ok(Err(why)) => Some(why),
+                Err(panic) => Some(format!("recovery panicked: {}", panic_message(&panic))),
+            };
+            if let Some(why) = problem {
+                violations.push(format!("boundary {boundary} {plan:?}: {why}"));
+            }
+        }
+    }
+    let report = MatrixReport {
+        name: workload.name(),
+        boundaries,
+        states,
+        violations,
+        elapsed: started.elapsed(),
+    };
+    (report, fs, oracle)
+}
+
+fn panic_message(panic: &Box<dyn std::any::Any + Send>) -> String {
+    panic
+        .downcast_ref::<String>()
+        .cloned()
+        .or_else(|| panic.downcast_ref::<&str>().map(|s| (*s).to_owned()))
+        .unwrap_or_else(|| "non-string panic".into())
+}
+
+/// Every `step`-th crash state of a recorded run, for sampling (through the component, say).
+pub fn sample_states(fs: &FaultFs, step: usize) -> Vec<(usize, CrashPlan)> {
+    let mut all = Vec::new();
+    for boundary in 0..fs.boundaries() {
+        for plan in fs.crash_plans_at(boundary) {
+            all.push((boundary, plan));
+        }
+    }
+    all.into_iter().step_by(step.max(1)).collect()
+}
+
+/// A small deterministic generator (SplitMix64) for seeded workloads; no dependency needed for
+/// sizes and choices.
+#[derive(Clone, Debug)]
+pub struct SplitMix(pub u64);
+
+impl SplitMix {
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    /// Uniform in `lo..hi`.
+    pub fn range(&mut self, lo: u64, hi: u64) -> u64 {
+        lo + self.next_u64() % (hi - lo)
+    }
+}
