@@ -175,6 +175,8 @@ impl FrameReader {
         let want = (need - avail).max(SCAN_CHUNK_BYTES) as u64;
         let read_len = remaining.min(want) as usize;
         let old_len = self.window.len();
+        // Exact, not doubling: the window must never hold more than the bytes the file has.
+        self.window.reserve_exact(read_len);
         self.window.resize(old_len + read_len, 0);
         let mut filled = old_len;
         while filled < self.window.len() {

@@ -9,6 +9,16 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use stele::vfs::{OpenMode, SyncKind, Vfs, VfsError, VfsFile};
 use stele_host::fs::RealFs;
 
+/// Prints a summary line that must reach CI's log: it writes to the process's stdout directly,
+/// past libtest's capture (which only intercepts the `print!` macros), so the line shows even
+/// when the test passes.
+pub fn ci_line(line: &str) {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    let _ = writeln!(out, "{line}");
+    let _ = out.flush();
+}
+
 /// A fresh temporary directory and a [`RealFs`] confined to it. The directory is removed on drop.
 pub struct TempRoot {
     pub dir: tempfile::TempDir,

@@ -9,7 +9,7 @@ use stele::wal::{DurabilityPolicy, LogSeq, WalOptions, WalWriter};
 use stele_host::fs::{CrashPlan, FaultFs};
 use stele_host::{Mode, Wal, read_wal};
 use stele_tests::crash::{CrashWorkload, MatrixReport, SplitMix, explore, sample_states};
-use stele_tests::{payload, payload_id};
+use stele_tests::{ci_line, payload, payload_id};
 
 const PATH: &str = "w.wal";
 const FIRST_SEQ: u64 = 1000;
@@ -219,9 +219,9 @@ fn check_recovery(
 }
 
 fn report(r: &MatrixReport) {
-    println!("{}", r.line());
+    ci_line(&r.line());
     for v in r.violations.iter().take(10) {
-        println!("  violation: {v}");
+        ci_line(&format!("  violation: {v}"));
     }
 }
 
@@ -282,14 +282,16 @@ fn wal_crash_matrix_has_no_violations_and_the_component_agrees() {
             assert_eq!(n, s, "boundary {boundary} {plan:?}: records differ");
         }
         sampled += sample.len();
-        println!(
+        ci_line(&format!(
             "crash-matrix: {}-sandboxed-sample states={} violations=0 time={:.2}s",
             r.name,
             sample.len(),
             started.elapsed().as_secs_f64()
-        );
+        ));
     }
-    println!("crash-matrix: wal total states={total_states} sandboxed={sampled}");
+    ci_line(&format!(
+        "crash-matrix: wal total states={total_states} sandboxed={sampled}"
+    ));
     assert!(
         total_states >= 10_000,
         "the matrix must cover at least 10,000 states, covered {total_states}"
@@ -311,7 +313,15 @@ fn skip_policy_fails_the_power_loss_oracle() {
         records_per_writer_per_phase: 10,
     };
     let (r, _, _) = explore(&workload);
-    println!("{} (expected: violations > 0)", r.line());
+    ci_line(&format!(
+        "tier-check: {} under the power-loss oracle: states={} states-losing-acknowledged-records={} (must be > 0)",
+        r.name,
+        r.states,
+        r.violations
+            .iter()
+            .filter(|v| v.contains("was lost"))
+            .count()
+    ));
     assert!(
         !r.violations.is_empty(),
         "Skip must not pass the power-loss oracle"

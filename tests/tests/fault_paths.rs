@@ -12,7 +12,10 @@ use stele_tests::{both_modes, payload};
 const RECORDS: u64 = 30;
 
 fn options() -> WalOptions {
-    WalOptions { first_seq: LogSeq(500), ..WalOptions::new(DurabilityPolicy::FullSync) }
+    WalOptions {
+        first_seq: LogSeq(500),
+        ..WalOptions::new(DurabilityPolicy::FullSync)
+    }
 }
 
 fn vfs(fs: &FaultFs) -> Arc<dyn Vfs> {
@@ -53,31 +56,59 @@ fn fsyncgate_at_every_sync_index(mode: Mode) {
     let (_, err, _) = durable_run(&clean, mode);
     assert!(err.is_none());
     let total_syncs = clean.count(OpKind::Sync);
-    assert!(total_syncs > RECORDS, "creation sync plus one per record: {total_syncs}");
+    assert!(
+        total_syncs > RECORDS,
+        "creation sync plus one per record: {total_syncs}"
+    );
     for n in 1..=total_syncs {
         let fs = FaultFs::new();
-        fs.inject(FaultRule { op: OpKind::Sync, nth: n, error: InjectedError::Io });
+        fs.inject(FaultRule {
+            op: OpKind::Sync,
+            nth: n,
+            error: InjectedError::Io,
+        });
         let (acked, err, wal) = durable_run(&fs, mode);
         let err = err.unwrap_or_else(|| panic!("sync #{n} failed but nothing reported it"));
         match (&wal, &err) {
             (None, WalError::Open(WalOpenError::Vfs(VfsError::Io(_)))) => assert_eq!(n, 1),
-            (Some(_), WalError::Write(WalWriteError::Failed { cause: VfsError::Io(_) })) => {}
+            (
+                Some(_),
+                WalError::Write(WalWriteError::Failed {
+                    cause: VfsError::Io(_),
+                }),
+            ) => {}
             other => panic!("sync #{n}: unexpected {other:?}"),
         }
         if let Some(wal) = wal {
             // The sync that failed would succeed if retried: the writer must not retry it.
             for _ in 0..3 {
                 let later = wal.commit_durable(1, b"after").unwrap_err();
-                assert!(matches!(later, WalError::Write(WalWriteError::Poisoned { .. })), "{later:?}");
-                assert!(matches!(wal.flush(), Err(WalError::Write(WalWriteError::Poisoned { .. }))));
+                assert!(
+                    matches!(later, WalError::Write(WalWriteError::Poisoned { .. })),
+                    "{later:?}"
+                );
+                assert!(matches!(
+                    wal.flush(),
+                    Err(WalError::Write(WalWriteError::Poisoned { .. }))
+                ));
             }
             let stats = wal.stats().unwrap();
-            assert_eq!(stats.durable_end, LogSeq(500 + acked.len() as u64), "sync #{n}: durable end moved");
+            assert_eq!(
+                stats.durable_end,
+                LogSeq(500 + acked.len() as u64),
+                "sync #{n}: durable end moved"
+            );
         }
         // Everything acknowledged survives a power loss right now, whatever else is lost.
-        for plan in [CrashPlan::KeepPrefix { ops: 0 }, CrashPlan::KeepPrefix { ops: usize::MAX }] {
+        for plan in [
+            CrashPlan::KeepPrefix { ops: 0 },
+            CrashPlan::KeepPrefix { ops: usize::MAX },
+        ] {
             let recovered = recovered_payloads(&fs.crash(plan), mode);
-            assert!(recovered.len() >= acked.len(), "sync #{n} {plan:?}: lost acknowledged records");
+            assert!(
+                recovered.len() >= acked.len(),
+                "sync #{n} {plan:?}: lost acknowledged records"
+            );
             assert_eq!(recovered[..acked.len()], acked[..], "sync #{n} {plan:?}");
         }
     }
@@ -90,9 +121,16 @@ fn failed_or_short_write_leaves_no_partial_record_before_the_next_append(mode: M
         (12, InjectedError::Io),
     ] {
         let fs = FaultFs::new();
-        fs.inject(FaultRule { op: OpKind::Write, nth, error });
+        fs.inject(FaultRule {
+            op: OpKind::Write,
+            nth,
+            error,
+        });
         let (acked, err, wal) = durable_run(&fs, mode);
-        assert!(matches!(err, Some(WalError::Write(WalWriteError::Failed { .. }))), "{err:?}");
+        assert!(
+            matches!(err, Some(WalError::Write(WalWriteError::Failed { .. }))),
+            "{err:?}"
+        );
         drop(wal);
         // Reopen on the live file (the process survived): the partial record is a torn tail,
         // cut before anything is appended.
@@ -101,7 +139,11 @@ fn failed_or_short_write_leaves_no_partial_record_before_the_next_append(mode: M
         if matches!(error, InjectedError::ShortWrite { landed_bytes: 11 }) {
             assert_eq!(rec.end, RecoveryEnd::TornTail);
         }
-        assert_eq!(fs.contents("f.wal").unwrap().len() as u64, rec.valid_end, "torn bytes cut");
+        assert_eq!(
+            fs.contents("f.wal").unwrap().len() as u64,
+            rec.valid_end,
+            "torn bytes cut"
+        );
         wal.commit_durable(2, b"next append").unwrap();
         drop(wal);
         let (records, end) = read_wal(vfs(&fs), "f.wal", mode).unwrap();
@@ -114,9 +156,19 @@ fn failed_or_short_write_leaves_no_partial_record_before_the_next_append(mode: M
 fn enospc_is_a_typed_error(mode: Mode) {
     for op in [OpKind::Write, OpKind::Sync] {
         let fs = FaultFs::new();
-        fs.inject(FaultRule { op, nth: 4, error: InjectedError::NoSpace });
+        fs.inject(FaultRule {
+            op,
+            nth: 4,
+            error: InjectedError::NoSpace,
+        });
         let (_, err, _) = durable_run(&fs, mode);
-        assert_eq!(err, Some(WalError::Write(WalWriteError::Failed { cause: VfsError::NoSpace })), "{op:?}");
+        assert_eq!(
+            err,
+            Some(WalError::Write(WalWriteError::Failed {
+                cause: VfsError::NoSpace
+            })),
+            "{op:?}"
+        );
     }
 }
 

@@ -51,6 +51,28 @@ struct DemoArgs {
 
 #[derive(Subcommand)]
 enum WalCommand {
+    /// Append durable records from several threads until killed, printing `ack <seq>` (flushed)
+    /// after each durable commit returns.
+    ///
+    /// Made for crash testing: kill the process at any moment (SIGKILL included), then
+    /// `stele wal dump PATH` must show every seq that was printed. Opens (and recovers) an
+    /// existing log, so repeated runs append to it.
+    Soak {
+        /// The WAL file (created if missing).
+        path: PathBuf,
+        /// Writer threads.
+        #[arg(long, default_value_t = 4)]
+        threads: usize,
+        /// Payload size in bytes.
+        #[arg(long, default_value_t = 128)]
+        payload_bytes: usize,
+        /// Stop after this many records (default: run until killed).
+        #[arg(long)]
+        count: Option<u64>,
+        /// Run the engine inside the component.
+        #[arg(long)]
+        sandboxed: bool,
+    },
     /// Print every valid record of a WAL file, then how its valid prefix ended.
     Dump {
         /// The WAL file.
@@ -66,6 +88,13 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Demo(args) => demo(args),
         Command::Wal(WalCommand::Dump { path, sandboxed }) => wal_dump(&path, sandboxed),
+        Command::Wal(WalCommand::Soak {
+            path,
+            threads,
+            payload_bytes,
+            count,
+            sandboxed,
+        }) => wal_soak(&path, threads, payload_bytes, count, sandboxed),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -120,6 +149,65 @@ fn wal_dump(path: &std::path::Path, sandboxed: bool) -> Result<()> {
         recovery.end
     );
     Ok(())
+}
+
+fn wal_soak(
+    path: &std::path::Path,
+    threads: usize,
+    payload_bytes: usize,
+    count: Option<u64>,
+    sandboxed: bool,
+) -> Result<()> {
+    use std::io::Write;
+    use std::sync::atomic::{AtomicU64, Ordering};
+
+    let (fs, name) = root_and_name(path)?;
+    let mode = if sandboxed {
+        Mode::Sandboxed
+    } else {
+        Mode::Native
+    };
+    let options = WalOptions {
+        retained_bytes_max: 0,
+        ..WalOptions::new(DurabilityPolicy::FullSync)
+    };
+    let (wal, recovery) =
+        Wal::open(fs, &name, options, mode).with_context(|| format!("{}", path.display()))?;
+    eprintln!(
+        "recovered {} records ({:?}); appending from seq {}",
+        recovery.records, recovery.end, recovery.next_seq
+    );
+    let issued = AtomicU64::new(0);
+    let stdout = std::sync::Mutex::new(std::io::stdout());
+    std::thread::scope(|scope| -> Result<()> {
+        let handles: Vec<_> = (0..threads.max(1))
+            .map(|t| {
+                let (wal, issued, stdout) = (&wal, &issued, &stdout);
+                scope.spawn(move || -> Result<()> {
+                    loop {
+                        let n = issued.fetch_add(1, Ordering::Relaxed);
+                        if count.is_some_and(|c| n >= c) {
+                            return Ok(());
+                        }
+                        let seq = wal.commit_durable(
+                            1,
+                            &demo_payload(t, n as usize, payload_bytes.max(16)),
+                        )?;
+                        let mut out = stdout
+                            .lock()
+                            .unwrap_or_else(std::sync::PoisonError::into_inner);
+                        writeln!(out, "ack {seq}")?;
+                        out.flush()?;
+                    }
+                })
+            })
+            .collect();
+        for h in handles {
+            h.join()
+                .map_err(|_| anyhow::anyhow!("a writer thread panicked"))??;
+        }
+        Ok(())
+    })
 }
 
 fn preview(bytes: &[u8]) -> String {

@@ -157,7 +157,7 @@ impl PagedFile {
         if len < self.len {
             // Zero the cut part of the last kept page, so a later extension reads zeros.
             let page = len / PAGE_BYTES;
-            if len % PAGE_BYTES != 0 && page < self.pages.len() {
+            if !len.is_multiple_of(PAGE_BYTES) && page < self.pages.len() {
                 Arc::make_mut(&mut self.pages[page])[len % PAGE_BYTES..].fill(0);
             }
             self.pages.truncate(len.div_ceil(PAGE_BYTES));
@@ -868,7 +868,7 @@ mod tests {
                 .wrapping_add(1442695040888963407);
             let at = (rng >> 33) as usize % 20_000;
             let len = (rng >> 20) as usize % 9_000;
-            if rng % 5 == 0 {
+            if rng.is_multiple_of(5) {
                 paged.resize(at);
                 plain.resize(at, 0);
             } else {
