@@ -1,11 +1,16 @@
-//! Builds the engine component (`stele.wasm`, wasm32-wasip2) that the host embeds, so that
-//! `cargo run` and `cargo test` need no setup step of their own.
+//! Builds the two engine components the host embeds, so that `cargo run` and `cargo test` need
+//! no setup step of their own:
+//! - `stele.wasm`: plain WASI 0.2 (world `engine`), for any component-model host;
+//! - `stele-async.wasm`: the component model's async ABI (feature `component-async`, world
+//!   `engine-async`), which group-commits concurrent calls on one instance.
 //!
 //! - Installs the `wasm32-wasip2` target with rustup when the toolchain lacks it.
 //! - Runs a nested `cargo build -p stele --target wasm32-wasip2 --release` with its own
 //!   `--target-dir` (`target/guest`): sharing the outer target directory would wait forever on
-//!   the lock the outer build holds, and cargo hides that message.
-//! - Set `STELE_COMPONENT_WASM=/path/to/stele.wasm` to embed a prebuilt component instead.
+//!   the lock the outer build holds, and cargo hides that message. Both builds share that
+//!   directory (only the `stele` crate differs between them); each output is copied to
+//!   `target/guest/stele.wasm` and `target/guest/stele-async.wasm` before the next overwrites it.
+//! - Set `STELE_COMPONENT_WASM` and `STELE_COMPONENT_ASYNC_WASM` to embed prebuilt components.
 
 use std::env;
 use std::path::{Path, PathBuf};
@@ -14,28 +19,30 @@ use std::process::Command;
 const GUEST_TARGET: &str = "wasm32-wasip2";
 
 fn main() {
-    println!("cargo:rerun-if-env-changed=STELE_COMPONENT_WASM");
     let out_dir = PathBuf::from(env::var_os("OUT_DIR").expect("cargo sets OUT_DIR"));
-    let embedded = out_dir.join("stele.wasm");
-    if let Some(prebuilt) = env::var_os("STELE_COMPONENT_WASM") {
-        std::fs::copy(&prebuilt, &embedded).unwrap_or_else(|e| {
-            panic!(
-                "STELE_COMPONENT_WASM={}: {e}",
-                Path::new(&prebuilt).display()
-            )
-        });
-    } else {
-        let built = build_guest();
-        std::fs::copy(&built, &embedded)
-            .unwrap_or_else(|e| panic!("copy {} to OUT_DIR: {e}", built.display()));
+    for (env_var, file, features) in [
+        ("STELE_COMPONENT_WASM", "stele.wasm", None),
+        (
+            "STELE_COMPONENT_ASYNC_WASM",
+            "stele-async.wasm",
+            Some("component-async"),
+        ),
+    ] {
+        println!("cargo:rerun-if-env-changed={env_var}");
+        let embedded = out_dir.join(file);
+        if let Some(prebuilt) = env::var_os(env_var) {
+            std::fs::copy(&prebuilt, &embedded)
+                .unwrap_or_else(|e| panic!("{env_var}={}: {e}", Path::new(&prebuilt).display()));
+        } else {
+            let built = build_guest(features, file);
+            std::fs::copy(&built, &embedded)
+                .unwrap_or_else(|e| panic!("copy {} to OUT_DIR: {e}", built.display()));
+        }
+        println!("cargo:rustc-env={env_var}_EMBEDDED={}", embedded.display());
     }
-    println!(
-        "cargo:rustc-env=STELE_COMPONENT_WASM_EMBEDDED={}",
-        embedded.display()
-    );
 }
 
-fn build_guest() -> PathBuf {
+fn build_guest(features: Option<&str>, file: &str) -> PathBuf {
     let manifest_dir = PathBuf::from(env::var_os("CARGO_MANIFEST_DIR").expect("cargo sets it"));
     let workspace = manifest_dir
         .parent()
@@ -63,6 +70,7 @@ fn build_guest() -> PathBuf {
             "--target-dir",
         ])
         .arg(&target_dir)
+        .args(features.map(|f| vec!["--features", f]).unwrap_or_default())
         // The guest is shipped: no debug info (it only bloats the component), names kept so
         // traps still show guest function names.
         .env("CARGO_PROFILE_RELEASE_DEBUG", "false")
@@ -95,7 +103,10 @@ fn build_guest() -> PathBuf {
         "guest build did not produce {}",
         wasm.display()
     );
-    wasm
+    // Both builds write the same output path; keep each under its own name.
+    let kept = target_dir.join(file);
+    std::fs::copy(&wasm, &kept).unwrap_or_else(|e| panic!("copy {}: {e}", wasm.display()));
+    kept
 }
 
 fn ensure_target_installed() {

@@ -16,32 +16,41 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
+mod convert;
 pub mod fs;
+mod io_thread;
 pub mod runtime;
+mod sandbox_async;
 mod vfs_import;
 mod wal;
 
 pub use stele;
 pub use vfs_import::READ_BYTES_MAX;
-pub use wal::{Wal, WalError, read_wal};
+pub use wal::{AsyncWal, Wal, WalError, read_wal};
 
 /// Where the engine runs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Mode {
     /// The engine is called directly, in this process's address space.
     Native,
-    /// The engine runs inside the component, in its own wasmtime store, with no file access but
-    /// the `stele:log/vfs` import.
+    /// The engine runs inside the component (the async-ABI build), in its own wasmtime store,
+    /// with no file access but the `stele:log/vfs` imports. One instance serves every thread
+    /// and task concurrently, so durable commits share syncs as they do natively.
     Sandboxed,
+    /// The engine runs inside the plain WASI 0.2 build of the component: what a host without
+    /// the async ABI runs. Calls on one instance are serialized; each durable commit syncs on
+    /// its own.
+    SandboxedPlain,
 }
 
 impl Mode {
-    pub const ALL: [Mode; 2] = [Mode::Native, Mode::Sandboxed];
+    pub const ALL: [Mode; 3] = [Mode::Native, Mode::Sandboxed, Mode::SandboxedPlain];
 
     pub fn name(self) -> &'static str {
         match self {
             Mode::Native => "native",
             Mode::Sandboxed => "sandboxed",
+            Mode::SandboxedPlain => "sandboxed-plain",
         }
     }
 }

@@ -30,8 +30,29 @@ pub(crate) mod bindings {
     });
 }
 
-/// The component this crate embeds, as built by `build.rs`.
+pub(crate) mod bindings_async {
+    wasmtime::component::bindgen!({
+        world: "engine-async",
+        path: "../wit",
+        imports: {
+            "stele:log/vfs-async": async | store | trappable,
+            default: trappable,
+        },
+        exports: { default: async },
+        with: {
+            "stele:log/vfs": super::bindings::stele::log::vfs,
+        },
+    });
+}
+
+/// The plain WASI 0.2 component (world `engine`), as built by `build.rs`: synchronous exports,
+/// for any component-model host.
 pub static COMPONENT_WASM: &[u8] = include_bytes!(env!("STELE_COMPONENT_WASM_EMBEDDED"));
+
+/// The async-ABI component (world `engine-async`), as built by `build.rs`: what
+/// [`crate::Mode::Sandboxed`] runs, so that concurrent durable commits share syncs.
+pub static COMPONENT_ASYNC_WASM: &[u8] =
+    include_bytes!(env!("STELE_COMPONENT_ASYNC_WASM_EMBEDDED"));
 
 /// Default bound on one instance's linear memory. The engine keeps at most one group (16 MiB
 /// under full sync), its retained records (64 MiB by default) and a replay window (one frame,
@@ -62,6 +83,8 @@ impl Default for SandboxLimits {
 pub struct GuestState {
     pub(crate) vfs: Arc<dyn Vfs>,
     pub(crate) table: ResourceTable,
+    /// Runs the async imports' blocking work; present in async instances only.
+    pub(crate) io: Option<crate::io_thread::IoThread>,
     pub(crate) open_files: usize,
     pub(crate) open_files_max: usize,
     wasi: WasiCtx,
@@ -77,10 +100,11 @@ impl WasiView for GuestState {
     }
 }
 
-/// The process-wide engine and pre-linked component.
+/// The process-wide engine and the two pre-linked components.
 pub struct Runtime {
     engine: Engine,
     pre: bindings::EnginePre<GuestState>,
+    pre_async: bindings_async::EngineAsyncPre<GuestState>,
 }
 
 static RUNTIME: OnceLock<Result<Runtime, String>> = OnceLock::new();
@@ -97,28 +121,42 @@ impl Runtime {
     fn new() -> wasmtime::Result<Runtime> {
         let mut config = Config::new();
         config.wasm_component_model(true);
+        config.wasm_component_model_async(true);
         let engine = Engine::new(&config)?;
+
         let component = Component::new(&engine, COMPONENT_WASM)?;
         let mut linker = Linker::<GuestState>::new(&engine);
         wasmtime_wasi::p2::add_to_linker_sync(&mut linker)?;
         bindings::Engine::add_to_linker::<_, HasSelf<_>>(&mut linker, |state| state)?;
         let pre = bindings::EnginePre::new(linker.instantiate_pre(&component)?)?;
-        Ok(Runtime { engine, pre })
+
+        let component_async = Component::new(&engine, COMPONENT_ASYNC_WASM)?;
+        let mut linker = Linker::<GuestState>::new(&engine);
+        wasmtime_wasi::p2::add_to_linker_sync(&mut linker)?;
+        bindings_async::EngineAsync::add_to_linker::<_, HasSelf<_>>(&mut linker, |state| state)?;
+        let pre_async =
+            bindings_async::EngineAsyncPre::new(linker.instantiate_pre(&component_async)?)?;
+        Ok(Runtime {
+            engine,
+            pre,
+            pre_async,
+        })
     }
 
     pub fn engine(&self) -> &Engine {
         &self.engine
     }
 
-    /// A new instance whose `vfs` import is served by `vfs`.
-    pub(crate) fn instantiate(
+    fn new_store(
         &self,
         vfs: Arc<dyn Vfs>,
         limits: SandboxLimits,
-    ) -> Result<(Store<GuestState>, bindings::Engine), SandboxError> {
+        io: Option<crate::io_thread::IoThread>,
+    ) -> Store<GuestState> {
         let state = GuestState {
             vfs,
             table: ResourceTable::new(),
+            io,
             open_files: 0,
             open_files_max: limits.open_files_max,
             wasi: WasiCtx::builder().build(),
@@ -128,10 +166,44 @@ impl Runtime {
         };
         let mut store = Store::new(&self.engine, state);
         store.limiter(|state| &mut state.limits);
+        store
+    }
+
+    /// A new instance of the plain component whose `vfs` import is served by `vfs`.
+    pub(crate) fn instantiate(
+        &self,
+        vfs: Arc<dyn Vfs>,
+        limits: SandboxLimits,
+    ) -> Result<(Store<GuestState>, bindings::Engine), SandboxError> {
+        let mut store = self.new_store(vfs, limits, None);
         let bindings = self
             .pre
             .instantiate(&mut store)
             .map_err(|e| SandboxError::Instantiate(format!("{e:#}")))?;
         Ok((store, bindings))
+    }
+
+    /// A new store for the async component, with its own I/O thread. The instance itself is
+    /// made by [`Self::instantiate_async_in`], on the thread that will drive the store: its
+    /// host functions are async, so instantiation must be too.
+    pub(crate) fn store_for_async(
+        &self,
+        vfs: Arc<dyn Vfs>,
+        limits: SandboxLimits,
+    ) -> Result<Store<GuestState>, SandboxError> {
+        let io = crate::io_thread::IoThread::spawn("stele-io")
+            .map_err(|e| SandboxError::Instantiate(format!("spawn the I/O thread: {e}")))?;
+        Ok(self.new_store(vfs, limits, Some(io)))
+    }
+
+    /// Instantiates the async component in `store` (made by [`Self::store_for_async`]).
+    pub(crate) async fn instantiate_async_in(
+        &self,
+        store: &mut Store<GuestState>,
+    ) -> Result<bindings_async::EngineAsync, SandboxError> {
+        self.pre_async
+            .instantiate_async(store)
+            .await
+            .map_err(|e| SandboxError::Instantiate(format!("{e:#}")))
     }
 }

@@ -5,20 +5,24 @@
 //! component model checks handles on entry and traps the guest, never the host. Limits:
 //! [`READ_BYTES_MAX`] per read and the instance's `open_files_max`.
 
+use std::sync::Arc;
+
 use stele::vfs::{OpenMode, SyncKind, VfsError, VfsFile};
-use wasmtime::component::Resource;
+use wasmtime::component::{Accessor, HasSelf, Resource};
 
 use crate::runtime::GuestState;
 use crate::runtime::bindings::stele::log::vfs as wit;
+use crate::runtime::bindings_async::stele::log::vfs_async as wit_async;
 
 /// The most bytes one `read-at` returns; a larger request is answered short, as a read at end
 /// of file would be. Bounds the host allocation a guest can ask for in one call. 4 MiB is four
 /// replay chunks; chosen, not measured.
 pub const READ_BYTES_MAX: u64 = 4 << 20;
 
-/// A file a guest opened.
+/// A file a guest opened. Shared (`Arc`) so that an async import can hand it to the I/O thread
+/// while the guest's other calls keep running.
 pub struct HostFile {
-    file: Box<dyn VfsFile>,
+    file: Arc<dyn VfsFile>,
 }
 
 pub(crate) fn to_wit(err: VfsError) -> wit::VfsError {
@@ -63,7 +67,9 @@ impl wit::Host for GuestState {
         };
         match self.vfs.open(&path, mode) {
             Ok(file) => {
-                let handle = self.table.push(HostFile { file })?;
+                let handle = self.table.push(HostFile {
+                    file: Arc::from(file),
+                })?;
                 self.open_files += 1;
                 Ok(Ok(handle))
             }
@@ -127,17 +133,92 @@ impl wit::HostFile for GuestState {
     }
 
     fn sync(&mut self, file: Resource<HostFile>, kind: wit::SyncKind) -> Answer<()> {
-        let kind = match kind {
-            wit::SyncKind::Data => SyncKind::Data,
-            wit::SyncKind::Full => SyncKind::Full,
-            wit::SyncKind::Barrier => SyncKind::Barrier,
-        };
-        Ok(self.table.get(&file)?.file.sync(kind).map_err(to_wit))
+        Ok(self
+            .table
+            .get(&file)?
+            .file
+            .sync(sync_kind(kind))
+            .map_err(to_wit))
     }
 
     fn drop(&mut self, file: Resource<HostFile>) -> wasmtime::Result<()> {
         self.table.delete(file)?;
         self.open_files -= 1;
         Ok(())
+    }
+}
+
+fn sync_kind(kind: wit::SyncKind) -> SyncKind {
+    match kind {
+        wit::SyncKind::Data => SyncKind::Data,
+        wit::SyncKind::Full => SyncKind::Full,
+        wit::SyncKind::Barrier => SyncKind::Barrier,
+    }
+}
+
+/// Takes what an async import needs out of the store: the file (shared) and the instance's I/O
+/// thread. Nothing is held across the await.
+fn file_and_io<T>(
+    accessor: &Accessor<T, HasSelf<GuestState>>,
+    file: &Resource<HostFile>,
+) -> wasmtime::Result<(Arc<dyn VfsFile>, crate::io_thread::IoThread)> {
+    accessor.with(|mut access| {
+        let state = access.get();
+        let io = state
+            .io
+            .clone()
+            .ok_or_else(|| wasmtime::format_err!("no I/O thread: not an async instance"))?;
+        Ok((state.table.get(file)?.file.clone(), io))
+    })
+}
+
+impl wit_async::Host for GuestState {}
+
+/// The async imports really suspend: the write or sync runs on the instance's I/O thread while
+/// the store runs the guest's other calls, which stage into the next group. (An import that
+/// completed on its first poll would serialize the calls: one record per sync.)
+impl<T: Send + 'static> wit_async::HostWithStore<T> for HasSelf<GuestState> {
+    fn write_at(
+        accessor: &Accessor<T, Self>,
+        file: Resource<HostFile>,
+        offset: u64,
+        data: Vec<u8>,
+    ) -> impl Future<Output = wasmtime::Result<Result<(), wit::VfsError>>> + Send {
+        let taken = file_and_io(accessor, &file);
+        async move {
+            let (file, io) = taken?;
+            Ok(io
+                .run(move || file.write_at(offset, &data))
+                .await?
+                .map_err(to_wit))
+        }
+    }
+
+    fn sync(
+        accessor: &Accessor<T, Self>,
+        file: Resource<HostFile>,
+        kind: wit::SyncKind,
+    ) -> impl Future<Output = wasmtime::Result<Result<(), wit::VfsError>>> + Send {
+        let taken = file_and_io(accessor, &file);
+        async move {
+            let (file, io) = taken?;
+            let kind = sync_kind(kind);
+            Ok(io.run(move || file.sync(kind)).await?.map_err(to_wit))
+        }
+    }
+
+    fn sync_dir(
+        accessor: &Accessor<T, Self>,
+        path: String,
+    ) -> impl Future<Output = wasmtime::Result<Result<(), wit::VfsError>>> + Send {
+        let taken = accessor.with(|mut access| {
+            let state = access.get();
+            state.io.clone().map(|io| (state.vfs.clone(), io))
+        });
+        async move {
+            let (vfs, io) = taken
+                .ok_or_else(|| wasmtime::format_err!("no I/O thread: not an async instance"))?;
+            Ok(io.run(move || vfs.sync_dir(&path)).await?.map_err(to_wit))
+        }
     }
 }

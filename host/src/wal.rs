@@ -1,34 +1,39 @@
-//! [`Wal`]: the typed Rust API over the WAL engine, in either [`Mode`].
+//! [`Wal`] and [`AsyncWal`]: the typed Rust API over the WAL engine, in every [`Mode`].
 //!
-//! Both modes run the same engine code ([`stele::wal::WalWriter`]) over the same [`Vfs`]; they
-//! differ only in where it runs. Natively the writer is called directly, and concurrent
-//! threads share group commits. Sandboxed, the writer runs inside the component, in its own
-//! store, and reaches the Vfs only through the `stele:log/vfs` imports. This build of the
-//! component exports plain (synchronous) WASI 0.2 functions, so calls on one sandboxed `Wal`
-//! are serialized and each durable commit syncs on its own.
+//! All modes run the same engine code over the same [`Vfs`]; they differ only in where it runs.
+//! - [`Mode::Native`]: the engine ([`stele::wal::WalWriter`]) is called directly; concurrent
+//!   threads share group commits.
+//! - [`Mode::Sandboxed`]: the engine runs in the async-ABI component. One instance serves every
+//!   thread and task through a dispatcher (see `sandbox_async`), and concurrent durable commits
+//!   share syncs exactly as native threads do.
+//! - [`Mode::SandboxedPlain`]: the plain WASI 0.2 component. Calls on one instance are
+//!   serialized; each durable commit syncs on its own.
 //!
-//! Durability claims are the engine's: see [`stele::wal::WalWriter`]. They hold in both modes,
-//! because the sandboxed engine issues the same syncs through the import.
+//! Durability claims are the engine's (see [`stele::wal::WalWriter`]); they hold in every mode,
+//! because the sandboxed engine issues the same syncs through its imports.
 
 use std::ops::Range;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use bytes::Bytes;
-use stele::header::HeaderError;
 use stele::vfs::Vfs;
 use stele::wal::{
-    DurabilityPolicy, LogSeq, Recovery, RecoveryEnd, VisibleRecord, WalOpenError, WalOptions,
-    WalReader, WalRetireError, WalRetirement, WalWriteError, WalWriter, WalWriterStats,
+    LogSeq, Recovery, VisibleRecord, WalOpenError, WalOptions, WalReader, WalRetireError,
+    WalRetirement, WalWriteError, WalWriter, WalWriterStats,
 };
 use wasmtime::Store;
 use wasmtime::component::ResourceAny;
 
+use crate::convert::plain::{
+    from_wit_error, from_wit_range, from_wit_recovery, from_wit_retirement, from_wit_stats,
+    from_wit_visible, wit_batch, wit_options,
+};
 use crate::runtime::bindings::exports::stele::log::wal as wit;
 use crate::runtime::{GuestState, Runtime, SandboxLimits, bindings};
-use crate::vfs_import::from_wit;
+use crate::sandbox_async::{AsyncSandbox, Request};
 use crate::{Mode, SandboxError};
 
-/// Any error a [`Wal`] call can return: the engine's typed errors, in both modes, plus what
+/// Any error a [`Wal`] call can return: the engine's typed errors, in every mode, plus what
 /// only the sandbox can add.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
@@ -43,17 +48,31 @@ pub enum WalError {
     Sandbox(#[from] SandboxError),
 }
 
-/// A write-ahead log, native or sandboxed. `Send + Sync`: share it across threads with `Arc`.
+/// A write-ahead log, native or sandboxed, for threads. `Clone` (shared), `Send + Sync`.
+/// [`Wal::to_async`] gives the tokio API over the same log and, sandboxed, the same instance.
+#[derive(Clone)]
 pub struct Wal {
-    inner: Inner,
+    inner: Arc<Inner>,
+}
+
+/// The tokio API over a [`Wal`]: the same log, and sandboxed the same instance, so threads and
+/// tasks share groups. `Clone`, `Send + Sync`.
+///
+/// Cancellation: dropping a future returned here never loses a record. Natively the call runs
+/// to completion on tokio's blocking pool; sandboxed the guest task runs to completion in the
+/// instance. A record staged by a dropped call becomes durable with its group.
+#[derive(Clone, Debug)]
+pub struct AsyncWal {
+    wal: Wal,
 }
 
 enum Inner {
     Native(WalWriter),
-    Sandboxed(Mutex<Sandboxed>),
+    Async(AsyncSandbox),
+    Plain(Mutex<PlainSandbox>),
 }
 
-struct Sandboxed {
+struct PlainSandbox {
     store: Store<GuestState>,
     bindings: bindings::Engine,
     writer: ResourceAny,
@@ -70,6 +89,14 @@ impl std::fmt::Debug for Wal {
     }
 }
 
+fn trapped(e: wasmtime::Error) -> SandboxError {
+    SandboxError::Trapped(format!("{e:#}"))
+}
+
+fn guest_call<R>(call: wasmtime::Result<Result<R, wit::WalError>>) -> Result<R, WalError> {
+    call.map_err(trapped)?.map_err(from_wit_error)
+}
+
 impl Wal {
     /// Creates a new log at `path` (missing or zero bytes); see [`WalWriter::create_with`].
     pub fn create(
@@ -78,11 +105,10 @@ impl Wal {
         options: WalOptions,
         mode: Mode,
     ) -> Result<Wal, WalError> {
-        match mode {
-            Mode::Native => Ok(Wal {
-                inner: Inner::Native(WalWriter::create_with(&*vfs, path, options)?),
-            }),
-            Mode::Sandboxed => {
+        let inner = match mode {
+            Mode::Native => Inner::Native(WalWriter::create_with(&*vfs, path, options)?),
+            Mode::Sandboxed => Inner::Async(AsyncSandbox::start(vfs, path, options, true)?.0),
+            Mode::SandboxedPlain => {
                 let (mut store, bindings) =
                     Runtime::get()?.instantiate(vfs, SandboxLimits::default())?;
                 let writer = guest_call(bindings.stele_log_wal().writer().call_create(
@@ -90,9 +116,17 @@ impl Wal {
                     path,
                     wit_options(options),
                 ))?;
-                Ok(Wal::sandboxed(store, bindings, writer))
+                Inner::Plain(Mutex::new(PlainSandbox {
+                    store,
+                    bindings,
+                    writer,
+                    trapped: None,
+                }))
             }
-        }
+        };
+        Ok(Wal {
+            inner: Arc::new(inner),
+        })
     }
 
     /// Recovers the log at `path` (a missing or empty file becomes a new log) and resumes
@@ -103,17 +137,16 @@ impl Wal {
         options: WalOptions,
         mode: Mode,
     ) -> Result<(Wal, Recovery), WalError> {
-        match mode {
+        let (inner, recovery) = match mode {
             Mode::Native => {
                 let (writer, recovery) = WalWriter::open_with(&*vfs, path, options)?;
-                Ok((
-                    Wal {
-                        inner: Inner::Native(writer),
-                    },
-                    recovery,
-                ))
+                (Inner::Native(writer), recovery)
             }
             Mode::Sandboxed => {
+                let (sandbox, recovery) = AsyncSandbox::start(vfs, path, options, false)?;
+                (Inner::Async(sandbox), recovery)
+            }
+            Mode::SandboxedPlain => {
                 let (mut store, bindings) =
                     Runtime::get()?.instantiate(vfs, SandboxLimits::default())?;
                 let (writer, recovery) = guest_call(bindings.stele_log_wal().writer().call_open(
@@ -121,144 +154,166 @@ impl Wal {
                     path,
                     wit_options(options),
                 ))?;
-                Ok((
-                    Wal::sandboxed(store, bindings, writer),
-                    from_wit_recovery(recovery),
-                ))
+                let plain = PlainSandbox {
+                    store,
+                    bindings,
+                    writer,
+                    trapped: None,
+                };
+                (Inner::Plain(Mutex::new(plain)), from_wit_recovery(recovery))
             }
-        }
-    }
-
-    fn sandboxed(store: Store<GuestState>, bindings: bindings::Engine, writer: ResourceAny) -> Wal {
-        Wal {
-            inner: Inner::Sandboxed(Mutex::new(Sandboxed {
-                store,
-                bindings,
-                writer,
-                trapped: None,
-            })),
-        }
+        };
+        Ok((
+            Wal {
+                inner: Arc::new(inner),
+            },
+            recovery,
+        ))
     }
 
     pub fn mode(&self) -> Mode {
-        match self.inner {
+        match &*self.inner {
             Inner::Native(_) => Mode::Native,
-            Inner::Sandboxed(_) => Mode::Sandboxed,
+            Inner::Async(_) => Mode::Sandboxed,
+            Inner::Plain(_) => Mode::SandboxedPlain,
         }
     }
 
-    /// Runs one call in the sandbox, turning a trap into a sticky [`SandboxError::Trapped`].
-    fn guest<R>(
-        sandbox: &Mutex<Sandboxed>,
-        call: impl FnOnce(&mut Store<GuestState>, &bindings::Engine, ResourceAny) -> wasmtime::Result<R>,
-    ) -> Result<R, SandboxError> {
-        let mut guard: MutexGuard<'_, Sandboxed> =
+    /// The tokio API over this same log.
+    pub fn to_async(&self) -> AsyncWal {
+        AsyncWal { wal: self.clone() }
+    }
+
+    /// Runs one call in the plain sandbox, turning a trap into a sticky [`SandboxError::Trapped`].
+    fn plain<R>(
+        sandbox: &Mutex<PlainSandbox>,
+        call: impl FnOnce(
+            &mut Store<GuestState>,
+            &bindings::Engine,
+            ResourceAny,
+        ) -> wasmtime::Result<Result<R, wit::WalError>>,
+    ) -> Result<R, WalError> {
+        let mut guard: MutexGuard<'_, PlainSandbox> =
             sandbox.lock().unwrap_or_else(PoisonError::into_inner);
         let s = &mut *guard;
         if let Some(message) = &s.trapped {
-            return Err(SandboxError::Trapped(message.clone()));
+            return Err(SandboxError::Trapped(message.clone()).into());
         }
-        call(&mut s.store, &s.bindings, s.writer).map_err(|e| {
-            let message = format!("{e:#}");
-            s.trapped = Some(message.clone());
-            SandboxError::Trapped(message)
-        })
+        match call(&mut s.store, &s.bindings, s.writer) {
+            Ok(result) => result.map_err(from_wit_error),
+            Err(e) => {
+                let error = trapped(e);
+                if let SandboxError::Trapped(message) = &error {
+                    s.trapped = Some(message.clone());
+                }
+                Err(error.into())
+            }
+        }
     }
 
     /// See [`WalWriter::commit`].
     pub fn commit(&self, op: u16, payload: &[u8]) -> Result<LogSeq, WalError> {
-        match &self.inner {
+        match &*self.inner {
             Inner::Native(w) => Ok(w.commit(op, payload)?),
-            Inner::Sandboxed(s) => {
-                let r = Self::guest(s, |st, b, w| {
-                    b.stele_log_wal().writer().call_commit(st, w, op, payload)
-                })?;
-                r.map(LogSeq).map_err(from_wit_error)
-            }
+            Inner::Async(s) => s.request_blocking(|reply| Request::Commit {
+                op,
+                payload: payload.to_vec(),
+                reply,
+            }),
+            Inner::Plain(s) => Self::plain(s, |st, b, w| {
+                b.stele_log_wal().writer().call_commit(st, w, op, payload)
+            })
+            .map(LogSeq),
         }
     }
 
     /// See [`WalWriter::commit_durable`].
     pub fn commit_durable(&self, op: u16, payload: &[u8]) -> Result<LogSeq, WalError> {
-        match &self.inner {
+        match &*self.inner {
             Inner::Native(w) => Ok(w.commit_durable(op, payload)?),
-            Inner::Sandboxed(s) => {
-                let r = Self::guest(s, |st, b, w| {
-                    b.stele_log_wal()
-                        .writer()
-                        .call_commit_durable(st, w, op, payload)
-                })?;
-                r.map(LogSeq).map_err(from_wit_error)
-            }
+            Inner::Async(s) => s.request_blocking(|reply| Request::CommitDurable {
+                op,
+                payload: payload.to_vec(),
+                reply,
+            }),
+            Inner::Plain(s) => Self::plain(s, |st, b, w| {
+                b.stele_log_wal()
+                    .writer()
+                    .call_commit_durable(st, w, op, payload)
+            })
+            .map(LogSeq),
         }
     }
 
     /// See [`WalWriter::commit_many`].
     pub fn commit_many(&self, records: &[(u16, &[u8])]) -> Result<Range<LogSeq>, WalError> {
-        match &self.inner {
+        match &*self.inner {
             Inner::Native(w) => Ok(w.commit_many(records)?),
-            Inner::Sandboxed(s) => {
+            Inner::Async(s) => {
+                let records = async_batch(records);
+                s.request_blocking(|reply| Request::CommitMany { records, reply })
+            }
+            Inner::Plain(s) => {
                 let batch = wit_batch(records);
-                let r = Self::guest(s, |st, b, w| {
+                Self::plain(s, |st, b, w| {
                     b.stele_log_wal().writer().call_commit_many(st, w, &batch)
-                })?;
-                r.map(from_wit_range).map_err(from_wit_error)
+                })
+                .map(from_wit_range)
             }
         }
     }
 
     /// See [`WalWriter::commit_many_durable`].
     pub fn commit_many_durable(&self, records: &[(u16, &[u8])]) -> Result<Range<LogSeq>, WalError> {
-        match &self.inner {
+        match &*self.inner {
             Inner::Native(w) => Ok(w.commit_many_durable(records)?),
-            Inner::Sandboxed(s) => {
+            Inner::Async(s) => {
+                let records = async_batch(records);
+                s.request_blocking(|reply| Request::CommitManyDurable { records, reply })
+            }
+            Inner::Plain(s) => {
                 let batch = wit_batch(records);
-                let r = Self::guest(s, |st, b, w| {
+                Self::plain(s, |st, b, w| {
                     b.stele_log_wal()
                         .writer()
                         .call_commit_many_durable(st, w, &batch)
-                })?;
-                r.map(from_wit_range).map_err(from_wit_error)
+                })
+                .map(from_wit_range)
             }
         }
     }
 
     /// See [`WalWriter::flush`].
     pub fn flush(&self) -> Result<(), WalError> {
-        match &self.inner {
+        match &*self.inner {
             Inner::Native(w) => Ok(w.flush()?),
-            Inner::Sandboxed(s) => {
-                let r = Self::guest(s, |st, b, w| b.stele_log_wal().writer().call_flush(st, w))?;
-                r.map_err(from_wit_error)
+            Inner::Async(s) => s.request_blocking(|reply| Request::Flush { reply }),
+            Inner::Plain(s) => {
+                Self::plain(s, |st, b, w| b.stele_log_wal().writer().call_flush(st, w))
             }
         }
     }
 
-    /// See [`WalWriter::visible_records`]. `limit` is capped at `u32::MAX` in sandboxed mode.
+    /// See [`WalWriter::visible_records`]. `limit` is capped at `u32::MAX` when sandboxed.
     pub fn visible_records(
         &self,
         first_seq: LogSeq,
         limit: usize,
     ) -> Result<Vec<VisibleRecord>, WalError> {
-        match &self.inner {
+        let limit32 = u32::try_from(limit).unwrap_or(u32::MAX);
+        match &*self.inner {
             Inner::Native(w) => Ok(w.visible_records(first_seq, limit)),
-            Inner::Sandboxed(s) => {
-                let limit = u32::try_from(limit).unwrap_or(u32::MAX);
-                let r = Self::guest(s, |st, b, w| {
-                    b.stele_log_wal()
-                        .writer()
-                        .call_visible_records(st, w, first_seq.0, limit)
-                })?;
-                let records = r.map_err(from_wit_error)?;
-                Ok(records
-                    .into_iter()
-                    .map(|r| VisibleRecord {
-                        seq: LogSeq(r.seq),
-                        op: r.op,
-                        payload: Bytes::from(r.payload),
-                    })
-                    .collect())
-            }
+            Inner::Async(s) => s.request_blocking(|reply| Request::VisibleRecords {
+                first_seq: first_seq.0,
+                limit: limit32,
+                reply,
+            }),
+            Inner::Plain(s) => Self::plain(s, |st, b, w| {
+                b.stele_log_wal()
+                    .writer()
+                    .call_visible_records(st, w, first_seq.0, limit32)
+            })
+            .map(from_wit_visible),
         }
     }
 
@@ -267,56 +322,205 @@ impl Wal {
         &self,
         absorbed_through: LogSeq,
     ) -> Result<WalRetirement, WalError> {
-        match &self.inner {
+        match &*self.inner {
             Inner::Native(w) => Ok(w.retire_visible_through(absorbed_through)?),
-            Inner::Sandboxed(s) => {
-                let r = Self::guest(s, |st, b, w| {
-                    b.stele_log_wal().writer().call_retire_visible_through(
-                        st,
-                        w,
-                        absorbed_through.0,
-                    )
-                })?;
-                let r = r.map_err(from_wit_error)?;
-                Ok(WalRetirement {
-                    records: r.records,
-                    bytes: r.bytes,
-                    retained_bytes: r.retained_bytes,
-                })
-            }
+            Inner::Async(s) => s.request_blocking(|reply| Request::Retire {
+                through: absorbed_through.0,
+                reply,
+            }),
+            Inner::Plain(s) => Self::plain(s, |st, b, w| {
+                b.stele_log_wal()
+                    .writer()
+                    .call_retire_visible_through(st, w, absorbed_through.0)
+            })
+            .map(from_wit_retirement),
         }
     }
 
     /// See [`WalWriter::stats`].
     pub fn stats(&self) -> Result<WalWriterStats, WalError> {
-        match &self.inner {
+        match &*self.inner {
             Inner::Native(w) => Ok(w.stats()),
-            Inner::Sandboxed(s) => {
-                let st = Self::guest(s, |st, b, w| b.stele_log_wal().writer().call_stats(st, w))?;
-                let mut histogram = [0u64; stele::wal::group_commit::GROUP_HISTOGRAM_BUCKETS];
-                for (slot, value) in histogram.iter_mut().zip(st.group_records_histogram) {
-                    *slot = value;
-                }
-                Ok(WalWriterStats {
-                    groups: st.groups,
-                    records: st.records,
-                    bytes: st.bytes,
-                    syncs: st.syncs,
-                    dir_syncs: st.dir_syncs,
-                    group_records_histogram: histogram,
-                    durable_end: LogSeq(st.durable_end),
-                    visible_end: LogSeq(st.visible_end),
-                    retained_bytes: st.retained_bytes,
-                    retained_records: st.retained_records,
-                })
-            }
+            Inner::Async(s) => s.request_blocking(|reply| Request::Stats { reply }),
+            Inner::Plain(s) => Self::plain(s, |st, b, w| {
+                b.stele_log_wal().writer().call_stats(st, w).map(Ok)
+            })
+            .map(from_wit_stats),
         }
     }
 }
 
+fn async_batch(
+    records: &[(u16, &[u8])],
+) -> Vec<crate::runtime::bindings_async::exports::stele::log::wal::CommitRecord> {
+    crate::convert::with_async::wit_batch(records)
+}
+
+impl AsyncWal {
+    /// The synchronous API over this same log.
+    pub fn to_sync(&self) -> Wal {
+        self.wal.clone()
+    }
+
+    pub fn mode(&self) -> Mode {
+        self.wal.mode()
+    }
+
+    /// Runs a synchronous call on tokio's blocking pool (native and plain-sandboxed modes).
+    async fn blocking<R: Send + 'static>(
+        &self,
+        call: impl FnOnce(&Wal) -> Result<R, WalError> + Send + 'static,
+    ) -> Result<R, WalError> {
+        let wal = self.wal.clone();
+        match tokio::task::spawn_blocking(move || call(&wal)).await {
+            Ok(result) => result,
+            Err(join) => {
+                Err(SandboxError::Trapped(format!("the blocking call panicked: {join}")).into())
+            }
+        }
+    }
+
+    /// See [`WalWriter::commit`].
+    pub async fn commit(&self, op: u16, payload: &[u8]) -> Result<LogSeq, WalError> {
+        match &*self.wal.inner {
+            Inner::Async(s) => {
+                s.request(|reply| Request::Commit {
+                    op,
+                    payload: payload.to_vec(),
+                    reply,
+                })
+                .await
+            }
+            _ => {
+                let payload = payload.to_vec();
+                self.blocking(move |w| w.commit(op, &payload)).await
+            }
+        }
+    }
+
+    /// See [`WalWriter::commit_durable`]: once this resolves `Ok`, the record is durable as the
+    /// policy says.
+    pub async fn commit_durable(&self, op: u16, payload: &[u8]) -> Result<LogSeq, WalError> {
+        match &*self.wal.inner {
+            Inner::Async(s) => {
+                s.request(|reply| Request::CommitDurable {
+                    op,
+                    payload: payload.to_vec(),
+                    reply,
+                })
+                .await
+            }
+            _ => {
+                let payload = payload.to_vec();
+                self.blocking(move |w| w.commit_durable(op, &payload)).await
+            }
+        }
+    }
+
+    /// See [`WalWriter::commit_many`].
+    pub async fn commit_many(&self, records: &[(u16, &[u8])]) -> Result<Range<LogSeq>, WalError> {
+        match &*self.wal.inner {
+            Inner::Async(s) => {
+                let records = async_batch(records);
+                s.request(|reply| Request::CommitMany { records, reply })
+                    .await
+            }
+            _ => {
+                let owned: Vec<(u16, Vec<u8>)> =
+                    records.iter().map(|(op, p)| (*op, p.to_vec())).collect();
+                self.blocking(move |w| w.commit_many(&borrow_batch(&owned)))
+                    .await
+            }
+        }
+    }
+
+    /// See [`WalWriter::commit_many_durable`].
+    pub async fn commit_many_durable(
+        &self,
+        records: &[(u16, &[u8])],
+    ) -> Result<Range<LogSeq>, WalError> {
+        match &*self.wal.inner {
+            Inner::Async(s) => {
+                let records = async_batch(records);
+                s.request(|reply| Request::CommitManyDurable { records, reply })
+                    .await
+            }
+            _ => {
+                let owned: Vec<(u16, Vec<u8>)> =
+                    records.iter().map(|(op, p)| (*op, p.to_vec())).collect();
+                self.blocking(move |w| w.commit_many_durable(&borrow_batch(&owned)))
+                    .await
+            }
+        }
+    }
+
+    /// See [`WalWriter::flush`].
+    pub async fn flush(&self) -> Result<(), WalError> {
+        match &*self.wal.inner {
+            Inner::Async(s) => s.request(|reply| Request::Flush { reply }).await,
+            _ => self.blocking(|w| w.flush()).await,
+        }
+    }
+
+    /// See [`WalWriter::visible_records`].
+    pub async fn visible_records(
+        &self,
+        first_seq: LogSeq,
+        limit: usize,
+    ) -> Result<Vec<VisibleRecord>, WalError> {
+        match &*self.wal.inner {
+            Inner::Async(s) => {
+                let limit = u32::try_from(limit).unwrap_or(u32::MAX);
+                s.request(|reply| Request::VisibleRecords {
+                    first_seq: first_seq.0,
+                    limit,
+                    reply,
+                })
+                .await
+            }
+            _ => {
+                self.blocking(move |w| w.visible_records(first_seq, limit))
+                    .await
+            }
+        }
+    }
+
+    /// See [`WalWriter::retire_visible_through`].
+    pub async fn retire_visible_through(
+        &self,
+        absorbed_through: LogSeq,
+    ) -> Result<WalRetirement, WalError> {
+        match &*self.wal.inner {
+            Inner::Async(s) => {
+                s.request(|reply| Request::Retire {
+                    through: absorbed_through.0,
+                    reply,
+                })
+                .await
+            }
+            _ => {
+                self.blocking(move |w| w.retire_visible_through(absorbed_through))
+                    .await
+            }
+        }
+    }
+
+    /// See [`WalWriter::stats`].
+    pub async fn stats(&self) -> Result<WalWriterStats, WalError> {
+        match &*self.wal.inner {
+            Inner::Async(s) => s.request(|reply| Request::Stats { reply }).await,
+            _ => self.blocking(|w| w.stats()).await,
+        }
+    }
+}
+
+fn borrow_batch(owned: &[(u16, Vec<u8>)]) -> Vec<(u16, &[u8])> {
+    owned.iter().map(|(op, p)| (*op, &p[..])).collect()
+}
+
 /// Reads every valid record of the log at `path` (which must exist) and how its valid prefix
-/// ended, without writing to it. Sandboxed, the component's `reader` resource reads it in
-/// batches of at most 4,096 records per call.
+/// ended, without writing to it. Sandboxed (either build), the plain component's `reader`
+/// resource reads it, in batches of at most 4,096 records per call.
 pub fn read_wal(
     vfs: Arc<dyn Vfs>,
     path: &str,
@@ -338,7 +542,7 @@ pub fn read_wal(
                 reader.recovery().expect("finished reader has a recovery"),
             ))
         }
-        Mode::Sandboxed => {
+        Mode::Sandboxed | Mode::SandboxedPlain => {
             let (mut store, bindings) =
                 Runtime::get()?.instantiate(vfs, SandboxLimits::default())?;
             let api = bindings.stele_log_wal().reader();
@@ -349,141 +553,13 @@ pub fn read_wal(
                 if batch.is_empty() {
                     break;
                 }
-                records.extend(batch.into_iter().map(|r| VisibleRecord {
-                    seq: LogSeq(r.seq),
-                    op: r.op,
-                    payload: Bytes::from(r.payload),
-                }));
+                records.extend(from_wit_visible(batch));
             }
             let recovery = api
                 .call_recovery(&mut store, reader)
-                .map_err(|e| SandboxError::Trapped(format!("{e:#}")))?
+                .map_err(trapped)?
                 .ok_or_else(|| SandboxError::Trapped("reader ended without a recovery".into()))?;
             Ok((records, from_wit_recovery(recovery)))
         }
-    }
-}
-
-fn guest_call<R>(call: wasmtime::Result<Result<R, wit::WalError>>) -> Result<R, WalError> {
-    call.map_err(|e| SandboxError::Trapped(format!("{e:#}")))?
-        .map_err(from_wit_error)
-}
-
-fn wit_options(o: WalOptions) -> wit::WalOptions {
-    wit::WalOptions {
-        policy: match o.policy {
-            DurabilityPolicy::FullSync => wit::DurabilityPolicy::FullSync,
-            DurabilityPolicy::Barrier => wit::DurabilityPolicy::Barrier,
-            DurabilityPolicy::Skip => wit::DurabilityPolicy::Skip,
-        },
-        first_seq: o.first_seq.0,
-        max_group_bytes: o.max_group_bytes.map(|b| b as u64),
-        retained_bytes_max: o.retained_bytes_max as u64,
-    }
-}
-
-fn wit_batch(records: &[(u16, &[u8])]) -> Vec<wit::CommitRecord> {
-    records
-        .iter()
-        .map(|(op, p)| wit::CommitRecord {
-            op: *op,
-            payload: p.to_vec(),
-        })
-        .collect()
-}
-
-fn from_wit_range(r: wit::SeqRange) -> Range<LogSeq> {
-    LogSeq(r.start)..LogSeq(r.end)
-}
-
-fn from_wit_recovery(r: wit::Recovery) -> Recovery {
-    Recovery {
-        first_seq: LogSeq(r.first_seq),
-        next_seq: LogSeq(r.next_seq),
-        records: r.records,
-        valid_end: r.valid_end,
-        file_len: r.file_len,
-        end: match r.end {
-            wit::RecoveryEnd::NewLog => RecoveryEnd::NewLog,
-            wit::RecoveryEnd::Clean => RecoveryEnd::Clean,
-            wit::RecoveryEnd::TornTail => RecoveryEnd::TornTail,
-        },
-    }
-}
-
-fn usize_of(v: u64) -> usize {
-    usize::try_from(v).unwrap_or(usize::MAX)
-}
-
-fn u16_of(v: u32) -> u16 {
-    u16::try_from(v).unwrap_or(u16::MAX)
-}
-
-fn from_wit_header(h: wit::HeaderError) -> HeaderError {
-    match h {
-        wit::HeaderError::TooShort(len) => HeaderError::TooShort { len },
-        wit::HeaderError::BadMagic => HeaderError::BadMagic,
-        wit::HeaderError::Checksum => HeaderError::Checksum,
-        wit::HeaderError::WrongFamily(m) => HeaderError::WrongFamily {
-            found: u16_of(m.found),
-            expected: u16_of(m.expected),
-        },
-        wit::HeaderError::UnsupportedVersion(m) => HeaderError::UnsupportedVersion {
-            found: u16_of(m.found),
-            supported: u16_of(m.expected),
-        },
-        wit::HeaderError::NonzeroReserved => HeaderError::NonzeroReserved,
-    }
-}
-
-/// Maps the guest's error back onto the engine's typed errors: the WIT variants partition by
-/// operation, so each lands in the same Rust enum a native call would have returned.
-fn from_wit_error(err: wit::WalError) -> WalError {
-    use wit::WalError as E;
-    match err {
-        E::Failed(cause) => WalWriteError::Failed {
-            cause: from_wit(cause),
-        }
-        .into(),
-        E::Poisoned(cause) => WalWriteError::Poisoned {
-            cause: from_wit(cause),
-        }
-        .into(),
-        E::GroupTooLarge(s) => WalWriteError::GroupTooLarge {
-            encoded_bytes: usize_of(s.actual),
-            max_group_bytes: usize_of(s.limit),
-        }
-        .into(),
-        E::PayloadTooLarge(s) => WalWriteError::PayloadTooLarge {
-            payload_bytes: usize_of(s.actual),
-            payload_bytes_max: usize_of(s.limit),
-        }
-        .into(),
-        E::RetentionFull(r) => WalWriteError::RetentionFull {
-            batch_bytes: usize_of(r.batch_bytes),
-            retained_bytes: usize_of(r.retained_bytes),
-            retained_bytes_max: usize_of(r.retained_bytes_max),
-        }
-        .into(),
-        E::BeyondDurable(b) => WalRetireError::BeyondDurable {
-            requested: LogSeq(b.requested),
-            durable_end: LogSeq(b.durable_end),
-        }
-        .into(),
-        E::NotEmpty(len) => WalOpenError::NotEmpty { len }.into(),
-        E::BadHeader(h) => WalOpenError::BadHeader(from_wit_header(h)).into(),
-        E::Corrupt(c) => WalOpenError::Corrupt {
-            offset: c.offset,
-            valid_record_at: c.valid_record_at,
-        }
-        .into(),
-        E::MalformedRecord(offset) => WalOpenError::MalformedRecord { offset }.into(),
-        E::SeqGap(g) => WalOpenError::SeqGap {
-            offset: g.offset,
-            expected: g.expected,
-            found: g.found,
-        }
-        .into(),
-        E::Vfs(e) => WalOpenError::Vfs(from_wit(e)).into(),
     }
 }

@@ -185,16 +185,19 @@ impl Vfs for FailingVfs {
     }
 }
 
-/// Runs each named test body (a `fn(Mode)`) once per mode, as `native::NAME` and
-/// `sandboxed::NAME`.
+/// Runs each named test body (a `fn(Mode)`) once per mode: `native::NAME`, `sandboxed::NAME`
+/// (the async-ABI component) and `sandboxed_plain::NAME` (the plain WASI 0.2 component).
 #[macro_export]
-macro_rules! both_modes {
+macro_rules! every_mode {
     ($($name:ident),* $(,)?) => {
         mod native {
             $( #[test] fn $name() { super::$name(stele_host::Mode::Native) } )*
         }
         mod sandboxed {
             $( #[test] fn $name() { super::$name(stele_host::Mode::Sandboxed) } )*
+        }
+        mod sandboxed_plain {
+            $( #[test] fn $name() { super::$name(stele_host::Mode::SandboxedPlain) } )*
         }
     };
 }

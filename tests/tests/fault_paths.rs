@@ -7,7 +7,7 @@ use stele::vfs::{Vfs, VfsError};
 use stele::wal::{DurabilityPolicy, LogSeq, RecoveryEnd, WalOpenError, WalOptions, WalWriteError};
 use stele_host::fs::{CrashPlan, FaultFs, FaultRule, InjectedError, OpKind};
 use stele_host::{Mode, Wal, WalError, read_wal};
-use stele_tests::{both_modes, payload};
+use stele_tests::{every_mode, payload};
 
 const RECORDS: u64 = 30;
 
@@ -172,7 +172,7 @@ fn enospc_is_a_typed_error(mode: Mode) {
     }
 }
 
-both_modes!(
+every_mode!(
     fsyncgate_at_every_sync_index,
     failed_or_short_write_leaves_no_partial_record_before_the_next_append,
     enospc_is_a_typed_error,

@@ -11,7 +11,7 @@ use stele::wal::{
     DurabilityPolicy, LogSeq, RecoveryEnd, WalOpenError, WalOptions, WalRetireError, WalWriteError,
 };
 use stele_host::{Mode, Wal, WalError, read_wal};
-use stele_tests::{FailingVfs, TempRoot, both_modes, payload, payload_id};
+use stele_tests::{FailingVfs, TempRoot, every_mode, payload, payload_id};
 
 fn opts(policy: DurabilityPolicy, first_seq: u64) -> WalOptions {
     WalOptions {
@@ -552,7 +552,7 @@ fn confinement_refuses_escapes(mode: Mode) {
     assert!(!root.dir.path().parent().unwrap().join("x.wal").exists());
 }
 
-both_modes!(
+every_mode!(
     round_trip_across_reopens,
     missing_or_empty_file_is_a_new_log,
     torn_tail_at_every_offset_recovers_the_complete_records,

@@ -1,14 +1,27 @@
 //! The component side (wasm32 only): the WIT bindings, a [`crate::vfs::Vfs`] over the
-//! `stele:log/vfs` imports, and the `stele:log/wal` export over [`crate::wal::WalWriter`].
+//! `stele:log/vfs` imports, and the exports over the engine.
 //!
-//! This build is plain WASI 0.2: every export is synchronous, so the host serializes calls on
-//! one instance and each durable commit syncs on its own. The engine code is the same as native.
+//! Two builds come from these sources:
+//! - plain WASI 0.2 (world `engine`): `stele:log/wal` only, synchronous; the host serializes
+//!   calls on one instance and each durable commit syncs on its own;
+//! - async ABI (feature `component-async`, world `engine-async`): adds `stele:log/wal-async`,
+//!   whose durable calls are `async func`s driven by [`wal_async`] over the same group-commit
+//!   core, so concurrent calls on one instance share syncs.
 
 mod vfs;
 mod wal;
+#[cfg(feature = "component-async")]
+mod wal_async;
 
+#[cfg(not(feature = "component-async"))]
 wit_bindgen::generate!({
     world: "engine",
+    path: "../wit",
+});
+
+#[cfg(feature = "component-async")]
+wit_bindgen::generate!({
+    world: "engine-async",
     path: "../wit",
 });
 

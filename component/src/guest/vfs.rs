@@ -10,7 +10,7 @@ pub struct WitVfs;
 
 /// An open file handle owned by the host's resource table.
 #[derive(Debug)]
-pub struct WitFile(wit::File);
+pub struct WitFile(pub(crate) wit::File);
 
 // SAFETY: wasm32-wasip2 components run on one thread; no handle is ever shared across threads.
 // The engine's traits require Send + Sync for the native thread driver.

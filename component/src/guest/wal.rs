@@ -6,7 +6,7 @@ use std::cell::RefCell;
 use crate::header::HeaderError;
 use crate::wal::{
     DurabilityPolicy, LogSeq, Recovery, RecoveryEnd, WalOpenError, WalOptions, WalReader,
-    WalRetireError, WalWriteError, WalWriter,
+    WalRetireError, WalWriteError, WalWriter, WalWriterStats,
 };
 
 use super::Component;
@@ -22,7 +22,7 @@ pub struct GuestReader(RefCell<WalReader>);
 /// host must lift in one call.
 const READ_BATCH_RECORDS_MAX: u32 = 4096;
 
-fn options(o: wit::WalOptions) -> Result<WalOptions, wit::WalError> {
+pub(crate) fn options(o: wit::WalOptions) -> Result<WalOptions, wit::WalError> {
     let max_group_bytes = match o.max_group_bytes {
         None => None,
         Some(b) => Some(usize::try_from(b).map_err(|_| {
@@ -51,7 +51,7 @@ fn size(actual: usize, limit: usize) -> wit::SizeLimit {
     }
 }
 
-fn write_error(err: WalWriteError) -> wit::WalError {
+pub(crate) fn write_error(err: WalWriteError) -> wit::WalError {
     match err {
         WalWriteError::Failed { cause } => wit::WalError::Failed(to_wit(cause)),
         WalWriteError::Poisoned { cause } => wit::WalError::Poisoned(to_wit(cause)),
@@ -96,7 +96,7 @@ fn header_error(err: HeaderError) -> wit::HeaderError {
     }
 }
 
-fn open_error(err: WalOpenError) -> wit::WalError {
+pub(crate) fn open_error(err: WalOpenError) -> wit::WalError {
     match err {
         WalOpenError::Vfs(e) => wit::WalError::Vfs(to_wit(e)),
         WalOpenError::NotEmpty { len } => wit::WalError::NotEmpty(len),
@@ -121,7 +121,7 @@ fn open_error(err: WalOpenError) -> wit::WalError {
     }
 }
 
-fn retire_error(err: WalRetireError) -> wit::WalError {
+pub(crate) fn retire_error(err: WalRetireError) -> wit::WalError {
     match err {
         WalRetireError::BeyondDurable {
             requested,
@@ -133,7 +133,7 @@ fn retire_error(err: WalRetireError) -> wit::WalError {
     }
 }
 
-fn recovery(r: Recovery) -> wit::Recovery {
+pub(crate) fn recovery(r: Recovery) -> wit::Recovery {
     wit::Recovery {
         first_seq: r.first_seq.0,
         next_seq: r.next_seq.0,
@@ -148,14 +148,33 @@ fn recovery(r: Recovery) -> wit::Recovery {
     }
 }
 
-fn range(r: std::ops::Range<LogSeq>) -> wit::SeqRange {
+pub(crate) fn range(r: std::ops::Range<LogSeq>) -> wit::SeqRange {
     wit::SeqRange {
         start: r.start.0,
         end: r.end.0,
     }
 }
 
-fn batch(records: &[wit::CommitRecord]) -> Vec<(u16, &[u8])> {
+pub(crate) fn visible(records: Vec<crate::wal::VisibleRecord>) -> Vec<wit::VisibleRecord> {
+    records
+        .into_iter()
+        .map(|r| wit::VisibleRecord {
+            seq: r.seq.0,
+            op: r.op,
+            payload: r.payload.to_vec(),
+        })
+        .collect()
+}
+
+pub(crate) fn retirement(r: crate::wal::WalRetirement) -> wit::Retirement {
+    wit::Retirement {
+        records: r.records,
+        bytes: r.bytes,
+        retained_bytes: r.retained_bytes,
+    }
+}
+
+pub(crate) fn batch(records: &[wit::CommitRecord]) -> Vec<(u16, &[u8])> {
     records
         .iter()
         .map(|r| (r.op, r.payload.as_slice()))
@@ -278,7 +297,12 @@ impl wit::GuestWriter for GuestWriter {
     }
 
     fn stats(&self) -> wit::WalStats {
-        let s = self.0.stats();
+        stats(self.0.stats())
+    }
+}
+
+pub(crate) fn stats(s: WalWriterStats) -> wit::WalStats {
+    {
         wit::WalStats {
             groups: s.groups,
             records: s.records,

@@ -27,7 +27,7 @@ mod writer;
 pub use error::{WalOpenError, WalRetireError, WalWriteError};
 pub use record::RecordRef;
 pub use replay::{Recovery, RecoveryEnd, WalReader, replay};
-pub use writer::{VisibleRecord, WalRetirement, WalWriter, WalWriterStats};
+pub use writer::{SetupMode, VisibleRecord, WalRetirement, WalWriter, WalWriterStats, setup_log};
 
 use crate::vfs::SyncKind;
 

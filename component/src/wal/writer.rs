@@ -15,6 +15,88 @@ use super::{
 
 pub use super::group_commit::{VisibleRecord, WalRetirement, WalWriterStats};
 
+/// Whether [`setup_log`] starts a new log or recovers an existing one.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SetupMode {
+    /// The file must be empty (missing files are created empty by the caller's open).
+    Create,
+    /// Recover whatever the file holds; an empty file becomes a new log.
+    Open,
+}
+
+/// Prepares `file`, opened at `path` in `vfs`, for appending, and returns the group-commit core
+/// that continues it. Every driver (the thread driver here, the component's async driver)
+/// starts a log through this one function, so creation and recovery behave the same in all.
+///
+/// A new log gets its header; under `FullSync` and `Barrier` the header is synced and then the
+/// parent directory, so the empty log and its first seq survive power loss from here on. A torn
+/// tail is cut (`set_len`) and, under those policies, the cut is synced before any append.
+///
+/// # Errors
+/// [`WalOpenError::NotEmpty`] when creating over bytes; replay's errors when recovering (the
+/// file is then not modified); Vfs errors.
+pub fn setup_log(
+    vfs: &dyn Vfs,
+    path: &str,
+    file: &dyn VfsFile,
+    options: WalOptions,
+    mode: SetupMode,
+) -> Result<(GroupCommit, Recovery), WalOpenError> {
+    let recovery = match mode {
+        SetupMode::Create => {
+            let len = file.len()?;
+            if len != 0 {
+                return Err(WalOpenError::NotEmpty { len });
+            }
+            Recovery {
+                first_seq: options.first_seq,
+                next_seq: options.first_seq,
+                records: 0,
+                valid_end: 0,
+                file_len: 0,
+                end: RecoveryEnd::NewLog,
+            }
+        }
+        SetupMode::Open => replay(file, options.first_seq, |_| {})?,
+    };
+    let sync = options.policy.group_sync();
+    let core = match recovery.end {
+        RecoveryEnd::NewLog => {
+            let header = FileHeader {
+                family: Family::Wal,
+                version: WAL_VERSION,
+                family_word: options.first_seq.0,
+            };
+            file.write_at(0, &header.encode())?;
+            let mut core = GroupCommit::new(&options, options.first_seq, HEADER_BYTES as u64);
+            if let Some(kind) = sync {
+                // The header carries first_seq; syncing it now means a crash before the first
+                // group still reopens at the right seq. The directory sync makes the new file's
+                // name durable: without it a power loss can drop the file and every record in it.
+                file.sync(kind)?;
+                vfs.sync_dir(parent_dir(path))?;
+                core.count_setup_syncs(1, 1);
+            }
+            core
+        }
+        RecoveryEnd::Clean | RecoveryEnd::TornTail => {
+            let mut core = GroupCommit::new(&options, recovery.next_seq, recovery.valid_end);
+            if recovery.end == RecoveryEnd::TornTail {
+                // The unfinished group is cut before anything new is appended; syncing the cut
+                // closes the window where a crash could bring its bytes back after records that
+                // we append later.
+                file.set_len(recovery.valid_end)?;
+                if let Some(kind) = sync {
+                    file.sync(kind)?;
+                    core.count_setup_syncs(1, 0);
+                }
+            }
+            core
+        }
+    };
+    Ok((core, recovery))
+}
+
 /// How many times at most a gathering leader ([`Leadership::gather`]) yields, once the previous
 /// group's callers have left, so that they can commit again; [`GroupCommit::keep_gathering`]
 /// stops it at the first round that brings no record. It bounds the delay a gathering leader
@@ -102,11 +184,8 @@ impl WalWriter {
         options: WalOptions,
     ) -> Result<Self, WalOpenError> {
         let file = vfs.open(path, OpenMode::Create)?;
-        let len = file.len()?;
-        if len != 0 {
-            return Err(WalOpenError::NotEmpty { len });
-        }
-        Self::start_new_log(vfs, path, file, options)
+        let (core, _) = setup_log(vfs, path, &*file, options, SetupMode::Create)?;
+        Ok(Self::from_parts(file, core))
     }
 
     /// Recovers the log at `path` and resumes appending after its last valid record. A missing
@@ -133,51 +212,8 @@ impl WalWriter {
         options: WalOptions,
     ) -> Result<(Self, Recovery), WalOpenError> {
         let file = vfs.open(path, OpenMode::Create)?;
-        let recovery = replay(&*file, options.first_seq, |_| {})?;
-        let writer = match recovery.end {
-            RecoveryEnd::NewLog => Self::start_new_log(vfs, path, file, options)?,
-            RecoveryEnd::Clean | RecoveryEnd::TornTail => {
-                let mut syncs = 0;
-                if recovery.end == RecoveryEnd::TornTail {
-                    // The unfinished group is cut before anything new is appended; syncing the
-                    // cut closes the window where a crash could bring its bytes back after
-                    // records that we append later.
-                    file.set_len(recovery.valid_end)?;
-                    if let Some(kind) = options.policy.group_sync() {
-                        file.sync(kind)?;
-                        syncs = 1;
-                    }
-                }
-                let mut core = GroupCommit::new(&options, recovery.next_seq, recovery.valid_end);
-                core.count_setup_syncs(syncs, 0);
-                Self::from_parts(file, core)
-            }
-        };
-        Ok((writer, recovery))
-    }
-
-    fn start_new_log(
-        vfs: &dyn Vfs,
-        path: &str,
-        file: Box<dyn VfsFile>,
-        options: WalOptions,
-    ) -> Result<Self, WalOpenError> {
-        let header = FileHeader {
-            family: Family::Wal,
-            version: WAL_VERSION,
-            family_word: options.first_seq.0,
-        };
-        file.write_at(0, &header.encode())?;
-        let mut core = GroupCommit::new(&options, options.first_seq, HEADER_BYTES as u64);
-        if let Some(kind) = options.policy.group_sync() {
-            // The header carries first_seq; syncing it now means a crash before the first group
-            // still reopens at the right seq. The directory sync makes the new file's name
-            // durable: without it a power loss can drop the file and every record in it.
-            file.sync(kind)?;
-            vfs.sync_dir(parent_dir(path))?;
-            core.count_setup_syncs(1, 1);
-        }
-        Ok(Self::from_parts(file, core))
+        let (core, recovery) = setup_log(vfs, path, &*file, options, SetupMode::Open)?;
+        Ok((Self::from_parts(file, core), recovery))
     }
 
     fn from_parts(file: Box<dyn VfsFile>, core: GroupCommit) -> Self {

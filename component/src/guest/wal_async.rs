@@ -1,0 +1,328 @@
+//! The `stele:log/wal-async` export: the async driver of [`GroupCommit`] inside the component.
+//!
+//! Each export call is a task of the component. Durable calls stage their records, then either
+//! lead (write one group through the async `vfs-async.write-at`, await `vfs-async.sync`) or park
+//! their waker until a group completes. While a leader awaits the host's sync, the host runs
+//! other calls into this instance; they stage into the next group. The rules (when to hand off,
+//! when to gather, what poisons) are the core's, exactly as under the thread driver.
+//!
+//! Cancellation: a waiting task that the host cancels deregisters (its guard runs) and its
+//! records stay staged; the next leader writes them. The Stele host never cancels a call it has
+//! started: a caller that stops waiting only stops listening for the answer.
+
+use std::cell::{Cell, RefCell};
+use std::future::poll_fn;
+use std::task::{Poll, Waker};
+
+use crate::vfs::{SyncKind, VfsFile};
+use crate::wal::group_commit::{GroupCommit, LeaderStep, Leadership, WaitState};
+use crate::wal::{LogSeq, SetupMode, WalWriteError, setup_log};
+
+use super::Component;
+use super::exports::stele::log::wal as wal_types;
+use super::exports::stele::log::wal_async as wit;
+use super::stele::log::vfs as wit_vfs;
+use super::stele::log::vfs_async;
+use super::vfs::{WitFile, WitVfs, from_wit};
+use super::wal::{
+    batch, open_error, options, range, recovery, retire_error, retirement, stats, visible,
+    write_error,
+};
+
+/// How many times at most a gathering leader yields to the host's event loop so that the
+/// callers of the previous group can leave and call again. Each round lets the host start every
+/// call that is ready; the core's `keep_gathering` stops at the first round that brings nothing.
+/// Chosen, not tuned; bounded so that no caller waits on a timer or an unbounded loop.
+const GATHER_ROUNDS_MAX: usize = 32;
+
+pub struct AsyncWriter {
+    file: WitFile,
+    core: RefCell<GroupCommit>,
+    /// Wakers of tasks waiting for a group to complete or for leadership to be released.
+    parked: RefCell<Vec<Waker>>,
+    /// Bumped after every group and every release of leadership; a parked task re-checks when it
+    /// changed.
+    generation: Cell<u64>,
+}
+
+/// Deregisters a durable waiter however its task ends (returned, failed or cancelled), and wakes
+/// the others: a gathering leader counts departures.
+struct WaitGuard<'a> {
+    writer: &'a AsyncWriter,
+    target: LogSeq,
+}
+
+impl Drop for WaitGuard<'_> {
+    fn drop(&mut self) {
+        self.writer
+            .core
+            .borrow_mut()
+            .deregister_durable_wait(self.target);
+        self.writer.wake_all();
+    }
+}
+
+impl AsyncWriter {
+    fn start(
+        path: &str,
+        wit_options: wal_types::WalOptions,
+        mode: SetupMode,
+    ) -> Result<(AsyncWriter, crate::wal::Recovery), wal_types::WalError> {
+        let options = options(wit_options)?;
+        let file = wit_vfs::open(path, wit_vfs::OpenMode::Create)
+            .map_err(|e| open_error(from_wit(e).into()))?;
+        let file = WitFile(file);
+        let (core, rec) = setup_log(&WitVfs, path, &file, options, mode).map_err(open_error)?;
+        let writer = AsyncWriter {
+            file,
+            core: RefCell::new(core),
+            parked: RefCell::new(Vec::new()),
+            generation: Cell::new(0),
+        };
+        Ok((writer, rec))
+    }
+
+    fn wake_all(&self) {
+        self.generation.set(self.generation.get().wrapping_add(1));
+        for waker in self.parked.borrow_mut().drain(..) {
+            waker.wake();
+        }
+    }
+
+    /// Parks until the generation changes.
+    async fn park(&self) {
+        let seen = self.generation.get();
+        poll_fn(|cx| {
+            if self.generation.get() != seen {
+                Poll::Ready(())
+            } else {
+                self.parked.borrow_mut().push(cx.waker().clone());
+                Poll::Pending
+            }
+        })
+        .await
+    }
+
+    async fn wait_durable(&self, target: LogSeq) -> Result<(), WalWriteError> {
+        self.core.borrow_mut().register_durable_wait(target);
+        let _guard = WaitGuard {
+            writer: self,
+            target,
+        };
+        loop {
+            let state = self.core.borrow().durable_wait_state(target);
+            match state {
+                WaitState::Durable => return Ok(()),
+                WaitState::Failed(cause) => return Err(WalWriteError::Failed { cause }),
+                WaitState::Pending => {}
+            }
+            let leadership = self.core.borrow_mut().claim_leadership();
+            match leadership {
+                Some(leadership) => self.lead(leadership).await,
+                None => self.park().await,
+            }
+        }
+    }
+
+    async fn lead(&self, leadership: Leadership) {
+        if leadership.gather {
+            for _ in 0..GATHER_ROUNDS_MAX {
+                let before = self.core.borrow().pending_records();
+                wit_bindgen::yield_async().await;
+                let core = self.core.borrow();
+                if !core.keep_gathering(before, core.pending_records()) {
+                    break;
+                }
+            }
+        }
+        loop {
+            let Some(group) = self.core.borrow_mut().poll_group() else {
+                self.core.borrow_mut().release_leadership();
+                self.wake_all();
+                return;
+            };
+            let data: Vec<u8> = group.chunks.concat();
+            let mut result = vfs_async::write_at(&self.file.0, group.offset, data)
+                .await
+                .map_err(from_wit);
+            if let (Ok(()), Some(kind)) = (&result, group.sync) {
+                result = vfs_async::sync(&self.file.0, wit_sync_kind(kind))
+                    .await
+                    .map_err(from_wit);
+            }
+            let step = {
+                let mut core = self.core.borrow_mut();
+                core.handle_group_done(&group, result);
+                core.poll_leader_step()
+            };
+            self.wake_all();
+            if step != LeaderStep::Continue {
+                return;
+            }
+        }
+    }
+
+    /// A non-durable commit that finds no leader writes the pending groups itself, through the
+    /// synchronous imports: it is a synchronous export and cannot await.
+    fn lead_blocking(&self) {
+        loop {
+            let Some(group) = self.core.borrow_mut().poll_group() else {
+                self.core.borrow_mut().release_leadership();
+                self.wake_all();
+                return;
+            };
+            let data: Vec<u8> = group.chunks.concat();
+            let mut result = self.file.write_at(group.offset, &data);
+            if let (Ok(()), Some(kind)) = (&result, group.sync) {
+                result = self.file.sync(kind);
+            }
+            let step = {
+                let mut core = self.core.borrow_mut();
+                core.handle_group_done(&group, result);
+                core.poll_leader_step()
+            };
+            self.wake_all();
+            if step != LeaderStep::Continue {
+                return;
+            }
+        }
+    }
+
+    fn commit_many(
+        &self,
+        records: &[(u16, &[u8])],
+    ) -> Result<std::ops::Range<LogSeq>, WalWriteError> {
+        let range = self.core.borrow_mut().stage(records)?;
+        if range.is_empty() {
+            return Ok(range);
+        }
+        let leadership = self.core.borrow_mut().claim_leadership();
+        if leadership.is_some() {
+            self.lead_blocking();
+            let core = self.core.borrow();
+            if let Some(cause) = core.failure()
+                && core.durable_end() < range.end
+            {
+                return Err(WalWriteError::Failed {
+                    cause: cause.clone(),
+                });
+            }
+        }
+        Ok(range)
+    }
+
+    async fn commit_many_durable(
+        &self,
+        records: &[(u16, &[u8])],
+    ) -> Result<std::ops::Range<LogSeq>, WalWriteError> {
+        let range = self.core.borrow_mut().stage(records)?;
+        if range.is_empty() {
+            return Ok(range);
+        }
+        self.wait_durable(range.end).await?;
+        Ok(range)
+    }
+}
+
+fn wit_sync_kind(kind: SyncKind) -> wit_vfs::SyncKind {
+    match kind {
+        SyncKind::Data => wit_vfs::SyncKind::Data,
+        SyncKind::Full => wit_vfs::SyncKind::Full,
+        SyncKind::Barrier => wit_vfs::SyncKind::Barrier,
+    }
+}
+
+impl wit::Guest for Component {
+    type Writer = AsyncWriter;
+}
+
+impl wit::GuestWriter for AsyncWriter {
+    async fn create(
+        path: String,
+        options: wal_types::WalOptions,
+    ) -> Result<wit::Writer, wal_types::WalError> {
+        let (writer, _) = AsyncWriter::start(&path, options, SetupMode::Create)?;
+        Ok(wit::Writer::new(writer))
+    }
+
+    async fn open(
+        path: String,
+        options: wal_types::WalOptions,
+    ) -> Result<(wit::Writer, wal_types::Recovery), wal_types::WalError> {
+        let (writer, rec) = AsyncWriter::start(&path, options, SetupMode::Open)?;
+        Ok((wit::Writer::new(writer), recovery(rec)))
+    }
+
+    async fn commit(&self, op: u16, payload: Vec<u8>) -> Result<u64, wal_types::WalError> {
+        self.commit_many(&[(op, &payload)])
+            .map(|r| r.start.0)
+            .map_err(write_error)
+    }
+
+    async fn commit_durable(&self, op: u16, payload: Vec<u8>) -> Result<u64, wal_types::WalError> {
+        self.commit_many_durable(&[(op, &payload)])
+            .await
+            .map(|r| r.start.0)
+            .map_err(write_error)
+    }
+
+    async fn commit_many(
+        &self,
+        records: Vec<wal_types::CommitRecord>,
+    ) -> Result<wal_types::SeqRange, wal_types::WalError> {
+        AsyncWriter::commit_many(self, &batch(&records))
+            .map(range)
+            .map_err(write_error)
+    }
+
+    async fn commit_many_durable(
+        &self,
+        records: Vec<wal_types::CommitRecord>,
+    ) -> Result<wal_types::SeqRange, wal_types::WalError> {
+        AsyncWriter::commit_many_durable(self, &batch(&records))
+            .await
+            .map(range)
+            .map_err(write_error)
+    }
+
+    async fn flush(&self) -> Result<(), wal_types::WalError> {
+        let target = {
+            let core = self.core.borrow();
+            if let Some(cause) = core.failure() {
+                return Err(write_error(WalWriteError::Poisoned {
+                    cause: cause.clone(),
+                }));
+            }
+            core.visible_end()
+        };
+        self.wait_durable(target).await.map_err(write_error)
+    }
+
+    async fn visible_records(
+        &self,
+        first_seq: u64,
+        limit: u32,
+    ) -> Result<Vec<wal_types::VisibleRecord>, wal_types::WalError> {
+        Ok(visible(
+            self.core
+                .borrow()
+                .visible_records(LogSeq(first_seq), limit as usize),
+        ))
+    }
+
+    async fn retire_visible_through(
+        &self,
+        absorbed_through: u64,
+    ) -> Result<wal_types::Retirement, wal_types::WalError> {
+        let r = self
+            .core
+            .borrow_mut()
+            .retire_visible_through(LogSeq(absorbed_through))
+            .map_err(retire_error)?;
+        Ok(retirement(r))
+    }
+
+    async fn stats(&self) -> wal_types::WalStats {
+        stats(self.core.borrow().stats())
+    }
+}

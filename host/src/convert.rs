@@ -1,0 +1,184 @@
+//! Conversions between the engine's Rust types and the WIT types of the `stele:log/wal`
+//! interface. The two component builds have separate generated bindings with identical shapes,
+//! so the conversions are written once, as a macro, and instantiated for each.
+
+macro_rules! wal_conversions {
+    ($wit:path) => {
+        use std::ops::Range;
+
+        use stele::header::HeaderError;
+        use stele::wal::{
+            DurabilityPolicy, LogSeq, Recovery, RecoveryEnd, VisibleRecord, WalOpenError,
+            WalOptions, WalRetireError, WalRetirement, WalWriteError, WalWriterStats,
+        };
+        use $wit as wit;
+
+        use crate::WalError;
+        use crate::vfs_import::from_wit;
+
+        pub(crate) fn wit_options(o: WalOptions) -> wit::WalOptions {
+            wit::WalOptions {
+                policy: match o.policy {
+                    DurabilityPolicy::FullSync => wit::DurabilityPolicy::FullSync,
+                    DurabilityPolicy::Barrier => wit::DurabilityPolicy::Barrier,
+                    DurabilityPolicy::Skip => wit::DurabilityPolicy::Skip,
+                },
+                first_seq: o.first_seq.0,
+                max_group_bytes: o.max_group_bytes.map(|b| b as u64),
+                retained_bytes_max: o.retained_bytes_max as u64,
+            }
+        }
+
+        pub(crate) fn wit_batch(records: &[(u16, &[u8])]) -> Vec<wit::CommitRecord> {
+            records
+                .iter()
+                .map(|(op, p)| wit::CommitRecord {
+                    op: *op,
+                    payload: p.to_vec(),
+                })
+                .collect()
+        }
+
+        pub(crate) fn from_wit_range(r: wit::SeqRange) -> Range<LogSeq> {
+            LogSeq(r.start)..LogSeq(r.end)
+        }
+
+        pub(crate) fn from_wit_recovery(r: wit::Recovery) -> Recovery {
+            Recovery {
+                first_seq: LogSeq(r.first_seq),
+                next_seq: LogSeq(r.next_seq),
+                records: r.records,
+                valid_end: r.valid_end,
+                file_len: r.file_len,
+                end: match r.end {
+                    wit::RecoveryEnd::NewLog => RecoveryEnd::NewLog,
+                    wit::RecoveryEnd::Clean => RecoveryEnd::Clean,
+                    wit::RecoveryEnd::TornTail => RecoveryEnd::TornTail,
+                },
+            }
+        }
+
+        pub(crate) fn usize_of(v: u64) -> usize {
+            usize::try_from(v).unwrap_or(usize::MAX)
+        }
+
+        pub(crate) fn u16_of(v: u32) -> u16 {
+            u16::try_from(v).unwrap_or(u16::MAX)
+        }
+
+        pub(crate) fn from_wit_header(h: wit::HeaderError) -> HeaderError {
+            match h {
+                wit::HeaderError::TooShort(len) => HeaderError::TooShort { len },
+                wit::HeaderError::BadMagic => HeaderError::BadMagic,
+                wit::HeaderError::Checksum => HeaderError::Checksum,
+                wit::HeaderError::WrongFamily(m) => HeaderError::WrongFamily {
+                    found: u16_of(m.found),
+                    expected: u16_of(m.expected),
+                },
+                wit::HeaderError::UnsupportedVersion(m) => HeaderError::UnsupportedVersion {
+                    found: u16_of(m.found),
+                    supported: u16_of(m.expected),
+                },
+                wit::HeaderError::NonzeroReserved => HeaderError::NonzeroReserved,
+            }
+        }
+
+        /// Maps the guest's error back onto the engine's typed errors: the WIT variants partition by
+        /// operation, so each lands in the same Rust enum a native call would have returned.
+        pub(crate) fn from_wit_error(err: wit::WalError) -> WalError {
+            use wit::WalError as E;
+            match err {
+                E::Failed(cause) => WalWriteError::Failed {
+                    cause: from_wit(cause),
+                }
+                .into(),
+                E::Poisoned(cause) => WalWriteError::Poisoned {
+                    cause: from_wit(cause),
+                }
+                .into(),
+                E::GroupTooLarge(s) => WalWriteError::GroupTooLarge {
+                    encoded_bytes: usize_of(s.actual),
+                    max_group_bytes: usize_of(s.limit),
+                }
+                .into(),
+                E::PayloadTooLarge(s) => WalWriteError::PayloadTooLarge {
+                    payload_bytes: usize_of(s.actual),
+                    payload_bytes_max: usize_of(s.limit),
+                }
+                .into(),
+                E::RetentionFull(r) => WalWriteError::RetentionFull {
+                    batch_bytes: usize_of(r.batch_bytes),
+                    retained_bytes: usize_of(r.retained_bytes),
+                    retained_bytes_max: usize_of(r.retained_bytes_max),
+                }
+                .into(),
+                E::BeyondDurable(b) => WalRetireError::BeyondDurable {
+                    requested: LogSeq(b.requested),
+                    durable_end: LogSeq(b.durable_end),
+                }
+                .into(),
+                E::NotEmpty(len) => WalOpenError::NotEmpty { len }.into(),
+                E::BadHeader(h) => WalOpenError::BadHeader(from_wit_header(h)).into(),
+                E::Corrupt(c) => WalOpenError::Corrupt {
+                    offset: c.offset,
+                    valid_record_at: c.valid_record_at,
+                }
+                .into(),
+                E::MalformedRecord(offset) => WalOpenError::MalformedRecord { offset }.into(),
+                E::SeqGap(g) => WalOpenError::SeqGap {
+                    offset: g.offset,
+                    expected: g.expected,
+                    found: g.found,
+                }
+                .into(),
+                E::Vfs(e) => WalOpenError::Vfs(from_wit(e)).into(),
+            }
+        }
+
+        pub(crate) fn from_wit_visible(records: Vec<wit::VisibleRecord>) -> Vec<VisibleRecord> {
+            records
+                .into_iter()
+                .map(|r| VisibleRecord {
+                    seq: LogSeq(r.seq),
+                    op: r.op,
+                    payload: bytes::Bytes::from(r.payload),
+                })
+                .collect()
+        }
+
+        pub(crate) fn from_wit_retirement(r: wit::Retirement) -> WalRetirement {
+            WalRetirement {
+                records: r.records,
+                bytes: r.bytes,
+                retained_bytes: r.retained_bytes,
+            }
+        }
+
+        pub(crate) fn from_wit_stats(st: wit::WalStats) -> WalWriterStats {
+            let mut histogram = [0u64; stele::wal::group_commit::GROUP_HISTOGRAM_BUCKETS];
+            for (slot, value) in histogram.iter_mut().zip(st.group_records_histogram) {
+                *slot = value;
+            }
+            WalWriterStats {
+                groups: st.groups,
+                records: st.records,
+                bytes: st.bytes,
+                syncs: st.syncs,
+                dir_syncs: st.dir_syncs,
+                group_records_histogram: histogram,
+                durable_end: LogSeq(st.durable_end),
+                visible_end: LogSeq(st.visible_end),
+                retained_bytes: st.retained_bytes,
+                retained_records: st.retained_records,
+            }
+        }
+    };
+}
+
+pub(crate) mod plain {
+    wal_conversions!(crate::runtime::bindings::exports::stele::log::wal);
+}
+
+pub(crate) mod with_async {
+    wal_conversions!(crate::runtime::bindings_async::exports::stele::log::wal);
+}
