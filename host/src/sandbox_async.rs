@@ -238,7 +238,7 @@ fn dispatch(
                 .await
                 .map(|r| r.map(|(w, rec)| (w, from_wit_recovery(rec))))
         };
-        let writer: ResourceAny = match answer(started.map(|r| r), |x| x) {
+        let writer: ResourceAny = match answer(started, |x| x) {
             Ok((writer, recovery)) => {
                 let _ = opened.send(Ok(recovery));
                 writer
@@ -260,56 +260,65 @@ fn dispatch(
                 Some(()) = in_flight.next(), if !in_flight.is_empty() => continue,
                 request = queue.recv() => request,
             };
-            let Some(request) = request else { break };
-            match request {
-                Request::CommitDurable { op, payload, reply } => {
-                    in_flight.push(Box::pin(async move {
+            let Some(first) = request else { break };
+            // Start everything already queued before the guest runs again: a gathering leader
+            // then sees all of them staged in its first round.
+            let queued = std::iter::from_fn(|| queue.try_recv().ok());
+            for request in std::iter::once(first).chain(queued) {
+                match request {
+                    Request::CommitDurable { op, payload, reply } => {
+                        in_flight.push(Box::pin(async move {
+                            let r = writer_api
+                                .call_commit_durable(acc, writer, op, payload)
+                                .await;
+                            let _ = reply.send(answer(r, LogSeq));
+                        }))
+                    }
+                    Request::CommitManyDurable { records, reply } => {
+                        in_flight.push(Box::pin(async move {
+                            let r = writer_api
+                                .call_commit_many_durable(acc, writer, records)
+                                .await;
+                            let _ = reply.send(answer(r, from_wit_range));
+                        }))
+                    }
+                    Request::Flush { reply } => in_flight.push(Box::pin(async move {
+                        let r = writer_api.call_flush(acc, writer).await;
+                        let _ = reply.send(answer(r, |()| ()));
+                    })),
+                    Request::Commit { op, payload, reply } => {
+                        in_flight.push(Box::pin(async move {
+                            let r = writer_api.call_commit(acc, writer, op, payload).await;
+                            let _ = reply.send(answer(r, LogSeq));
+                        }))
+                    }
+                    Request::CommitMany { records, reply } => {
+                        in_flight.push(Box::pin(async move {
+                            let r = writer_api.call_commit_many(acc, writer, records).await;
+                            let _ = reply.send(answer(r, from_wit_range));
+                        }))
+                    }
+                    Request::VisibleRecords {
+                        first_seq,
+                        limit,
+                        reply,
+                    } => in_flight.push(Box::pin(async move {
                         let r = writer_api
-                            .call_commit_durable(acc, writer, op, payload)
+                            .call_visible_records(acc, writer, first_seq, limit)
                             .await;
-                        let _ = reply.send(answer(r, LogSeq));
-                    }))
-                }
-                Request::CommitManyDurable { records, reply } => {
-                    in_flight.push(Box::pin(async move {
+                        let _ = reply.send(answer(r, from_wit_visible));
+                    })),
+                    Request::Retire { through, reply } => in_flight.push(Box::pin(async move {
                         let r = writer_api
-                            .call_commit_many_durable(acc, writer, records)
+                            .call_retire_visible_through(acc, writer, through)
                             .await;
-                        let _ = reply.send(answer(r, from_wit_range));
-                    }))
+                        let _ = reply.send(answer(r, from_wit_retirement));
+                    })),
+                    Request::Stats { reply } => in_flight.push(Box::pin(async move {
+                        let r = writer_api.call_stats(acc, writer).await;
+                        let _ = reply.send(answer(r.map(Ok), from_wit_stats));
+                    })),
                 }
-                Request::Flush { reply } => in_flight.push(Box::pin(async move {
-                    let r = writer_api.call_flush(acc, writer).await;
-                    let _ = reply.send(answer(r, |()| ()));
-                })),
-                Request::Commit { op, payload, reply } => in_flight.push(Box::pin(async move {
-                    let r = writer_api.call_commit(acc, writer, op, payload).await;
-                    let _ = reply.send(answer(r, LogSeq));
-                })),
-                Request::CommitMany { records, reply } => in_flight.push(Box::pin(async move {
-                    let r = writer_api.call_commit_many(acc, writer, records).await;
-                    let _ = reply.send(answer(r, from_wit_range));
-                })),
-                Request::VisibleRecords {
-                    first_seq,
-                    limit,
-                    reply,
-                } => in_flight.push(Box::pin(async move {
-                    let r = writer_api
-                        .call_visible_records(acc, writer, first_seq, limit)
-                        .await;
-                    let _ = reply.send(answer(r, from_wit_visible));
-                })),
-                Request::Retire { through, reply } => in_flight.push(Box::pin(async move {
-                    let r = writer_api
-                        .call_retire_visible_through(acc, writer, through)
-                        .await;
-                    let _ = reply.send(answer(r, from_wit_retirement));
-                })),
-                Request::Stats { reply } => in_flight.push(Box::pin(async move {
-                    let r = writer_api.call_stats(acc, writer).await;
-                    let _ = reply.send(answer(r.map(Ok), from_wit_stats));
-                })),
             }
         }
         // The handle is gone: finish what was started, so no staged record is abandoned.

@@ -35,6 +35,12 @@ use super::wal::{
 /// Chosen, not tuned; bounded so that no caller waits on a timer or an unbounded loop.
 const GATHER_ROUNDS_MAX: usize = 32;
 
+/// Groups up to this size are written through the synchronous `vfs.write-at`: a page-cache
+/// write of 64 KiB takes microseconds, less than a hop to the host's I/O thread and back, and
+/// the sync that follows is the call worth suspending on. Larger groups are written through the
+/// async import so the instance keeps serving calls meanwhile. Chosen, not tuned.
+const INLINE_WRITE_BYTES_MAX: usize = 64 << 10;
+
 pub struct AsyncWriter {
     file: WitFile,
     core: RefCell<GroupCommit>,

@@ -1,0 +1,332 @@
+//! The tokio API and group commit across concurrent callers, in every mode. Sandboxed, one
+//! async-ABI instance serves every task and thread; durable commits must share syncs as they do
+//! natively.
+
+use std::collections::HashSet;
+use std::sync::{Arc, Condvar, Mutex};
+
+use stele::vfs::{OpenMode, SyncKind, Vfs, VfsError, VfsFile};
+use stele::wal::{DurabilityPolicy, LogSeq, WalOptions, WalWriteError};
+use stele_host::fs::{FaultFs, FaultRule, InjectedError, OpKind};
+use stele_host::{Mode, Wal, WalError, read_wal};
+use stele_tests::{TempRoot, every_mode, payload, payload_id};
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(4)
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+fn options() -> WalOptions {
+    WalOptions {
+        retained_bytes_max: 0,
+        ..WalOptions::new(DurabilityPolicy::FullSync)
+    }
+}
+
+fn check_recovered(vfs: Arc<dyn Vfs>, path: &str, mode: Mode, expected: usize) {
+    let (records, rec) = read_wal(vfs, path, mode).unwrap();
+    assert_eq!(rec.records as usize, expected);
+    let mut ids = HashSet::new();
+    for r in &records {
+        let (w, i) = payload_id(&r.payload);
+        assert_eq!(&r.payload[..], &payload(w, i, r.payload.len())[..]);
+        assert!(ids.insert((w, i)), "({w}, {i}) twice");
+    }
+}
+
+fn tasks_64_x_200_durable_commits(mode: Mode) {
+    const TASKS: u64 = 64;
+    const EACH: u64 = 200;
+    let root = TempRoot::new();
+    let wal = Wal::create(root.vfs(), "t.wal", options(), mode)
+        .unwrap()
+        .to_async();
+    let seqs: Vec<u64> = runtime().block_on(async {
+        let handles: Vec<_> = (0..TASKS)
+            .map(|t| {
+                let wal = wal.clone();
+                tokio::spawn(async move {
+                    let mut seqs = Vec::new();
+                    for i in 0..EACH {
+                        seqs.push(wal.commit_durable(1, &payload(t, i, 128)).await.unwrap().0);
+                    }
+                    seqs
+                })
+            })
+            .collect();
+        let mut all = Vec::new();
+        for h in handles {
+            all.extend(h.await.unwrap());
+        }
+        all
+    });
+    let mut sorted = seqs.clone();
+    sorted.sort_unstable();
+    assert_eq!(
+        sorted,
+        (0..TASKS * EACH).collect::<Vec<_>>(),
+        "distinct and contiguous"
+    );
+    let stats = wal.to_sync().stats().unwrap();
+    eprintln!(
+        "{}: {} records in {} groups ({:.1} per group)",
+        mode.name(),
+        stats.records,
+        stats.groups,
+        stats.records_per_group()
+    );
+    if mode != Mode::SandboxedPlain {
+        assert!(
+            stats.records_per_group() >= 24.0,
+            "{}: {:.1} records per group, want >= 24",
+            mode.name(),
+            stats.records_per_group()
+        );
+    }
+    drop(wal);
+    check_recovered(root.vfs(), "t.wal", mode, (TASKS * EACH) as usize);
+}
+
+fn threads_and_tasks_share_one_writer(mode: Mode) {
+    let root = TempRoot::new();
+    let wal = Wal::create(root.vfs(), "m.wal", options(), mode).unwrap();
+    let per = 100u64;
+    std::thread::scope(|s| {
+        for t in 0..8u64 {
+            let wal = wal.clone();
+            s.spawn(move || {
+                for i in 0..per {
+                    wal.commit_durable(1, &payload(t, i, 100)).unwrap();
+                }
+            });
+        }
+        let tasks = wal.to_async();
+        s.spawn(move || {
+            runtime().block_on(async {
+                let handles: Vec<_> = (100..108u64)
+                    .map(|t| {
+                        let wal = tasks.clone();
+                        tokio::spawn(async move {
+                            for i in 0..per {
+                                wal.commit_durable(1, &payload(t, i, 100)).await.unwrap();
+                            }
+                        })
+                    })
+                    .collect();
+                for h in handles {
+                    h.await.unwrap();
+                }
+            })
+        });
+    });
+    let stats = wal.stats().unwrap();
+    assert_eq!(stats.durable_end, LogSeq(16 * per));
+    if mode != Mode::SandboxedPlain {
+        assert!(
+            stats.records_per_group() > 1.0,
+            "threads and tasks share groups: {stats:?}"
+        );
+    }
+    drop(wal);
+    check_recovered(root.vfs(), "m.wal", mode, (16 * per) as usize);
+}
+
+/// A Vfs whose file syncs wait until the test opens the gate: the test can hold a group in
+/// flight while it lines callers up behind it.
+#[derive(Debug, Clone)]
+struct GatedVfs {
+    inner: FaultFs,
+    gate: Arc<(Mutex<bool>, Condvar)>,
+}
+
+#[derive(Debug)]
+struct GatedFile {
+    inner: Box<dyn VfsFile>,
+    gate: Arc<(Mutex<bool>, Condvar)>,
+}
+
+impl GatedVfs {
+    fn set(&self, open: bool) {
+        *self.gate.0.lock().unwrap() = open;
+        self.gate.1.notify_all();
+    }
+}
+
+impl VfsFile for GatedFile {
+    fn len(&self) -> Result<u64, VfsError> {
+        self.inner.len()
+    }
+    fn read_at(&self, offset: u64, buf: &mut [u8]) -> Result<usize, VfsError> {
+        self.inner.read_at(offset, buf)
+    }
+    fn write_at(&self, offset: u64, data: &[u8]) -> Result<(), VfsError> {
+        self.inner.write_at(offset, data)
+    }
+    fn set_len(&self, len: u64) -> Result<(), VfsError> {
+        self.inner.set_len(len)
+    }
+    fn sync(&self, kind: SyncKind) -> Result<(), VfsError> {
+        let (lock, cv) = &*self.gate;
+        let mut open = lock.lock().unwrap();
+        while !*open {
+            open = cv.wait(open).unwrap();
+        }
+        drop(open);
+        self.inner.sync(kind)
+    }
+}
+
+impl Vfs for GatedVfs {
+    fn open(&self, path: &str, mode: OpenMode) -> Result<Box<dyn VfsFile>, VfsError> {
+        Ok(Box::new(GatedFile {
+            inner: self.inner.open(path, mode)?,
+            gate: self.gate.clone(),
+        }))
+    }
+    fn rename(&self, from: &str, to: &str) -> Result<(), VfsError> {
+        self.inner.rename(from, to)
+    }
+    fn sync_dir(&self, dir: &str) -> Result<(), VfsError> {
+        self.inner.sync_dir(dir)
+    }
+    fn remove(&self, path: &str) -> Result<(), VfsError> {
+        self.inner.remove(path)
+    }
+    fn exists(&self, path: &str) -> Result<bool, VfsError> {
+        self.inner.exists(path)
+    }
+    fn list(&self, dir: &str) -> Result<Vec<String>, VfsError> {
+        self.inner.list(dir)
+    }
+}
+
+fn gated() -> GatedVfs {
+    GatedVfs {
+        inner: FaultFs::new(),
+        gate: Arc::new((Mutex::new(true), Condvar::new())),
+    }
+}
+
+/// Waits until the writer shows `visible` records staged.
+async fn until_visible(wal: &stele_host::AsyncWal, visible: u64) {
+    for _ in 0..20_000 {
+        if wal.stats().await.unwrap().visible_end.0 >= visible {
+            return;
+        }
+        tokio::task::yield_now().await;
+    }
+    panic!("records were never staged");
+}
+
+fn a_failed_sync_reaches_all_16_waiting_tasks(mode: Mode) {
+    if mode == Mode::SandboxedPlain {
+        // The plain build serializes calls: no caller can wait behind a group in flight, so
+        // there is nothing to line up (its poisoning is covered in tests/wal.rs).
+        return;
+    }
+    let vfs = gated();
+    let wal = Wal::create(Arc::new(vfs.clone()), "f.wal", options(), mode)
+        .unwrap()
+        .to_async();
+    runtime().block_on(async {
+        // Seq 0 is durable; a group holding seq 1 is in flight and blocked at its sync.
+        wal.commit_durable(1, &payload(99, 0, 32)).await.unwrap();
+        vfs.set(false);
+        let first = tokio::spawn({
+            let wal = wal.clone();
+            async move { wal.commit_durable(1, &payload(99, 1, 32)).await }
+        });
+        until_visible(&wal, 2).await;
+        let syncs_so_far = vfs.inner.count(OpKind::Sync);
+        vfs.inner.inject(FaultRule {
+            op: OpKind::Sync,
+            nth: syncs_so_far + 1,
+            error: InjectedError::Io,
+        });
+        let waiters: Vec<_> = (0..16u64)
+            .map(|t| {
+                let wal = wal.clone();
+                tokio::spawn(async move { wal.commit_durable(1, &payload(t, 0, 32)).await })
+            })
+            .collect();
+        until_visible(&wal, 18).await;
+        vfs.set(true);
+        let first = first.await.unwrap();
+        assert!(
+            matches!(first, Err(WalError::Write(WalWriteError::Failed { .. }))),
+            "{first:?}"
+        );
+        for w in waiters {
+            let r = w.await.unwrap();
+            assert!(
+                matches!(r, Err(WalError::Write(WalWriteError::Failed { .. }))),
+                "{r:?}"
+            );
+        }
+        let later = wal.commit_durable(1, b"later").await;
+        assert!(
+            matches!(later, Err(WalError::Write(WalWriteError::Poisoned { .. }))),
+            "{later:?}"
+        );
+        assert_eq!(
+            wal.stats().await.unwrap().durable_end,
+            LogSeq(1),
+            "nothing after the failure is durable"
+        );
+    });
+}
+
+fn cancelled_waiters_lose_nothing(mode: Mode) {
+    if mode == Mode::SandboxedPlain {
+        // Serialized calls: see a_failed_sync_reaches_all_16_waiting_tasks.
+        return;
+    }
+    let vfs = gated();
+    let wal = Wal::create(Arc::new(vfs.clone()), "c.wal", options(), mode)
+        .unwrap()
+        .to_async();
+    runtime().block_on(async {
+        vfs.set(false);
+        let handles: Vec<_> = (0..16u64)
+            .map(|t| {
+                let wal = wal.clone();
+                tokio::spawn(async move { wal.commit_durable(1, &payload(t, 0, 48)).await })
+            })
+            .collect();
+        until_visible(&wal, 16).await;
+        // Drop half of the waiting futures.
+        for h in handles.iter().step_by(2) {
+            h.abort();
+        }
+        vfs.set(true);
+        for h in handles.into_iter().skip(1).step_by(2) {
+            h.await.unwrap().unwrap();
+        }
+        wal.flush().await.unwrap();
+        let stats = wal.stats().await.unwrap();
+        assert_eq!(
+            stats.durable_end, stats.visible_end,
+            "every staged record is durable"
+        );
+    });
+    let vfs: Arc<dyn Vfs> = Arc::new(
+        vfs.inner
+            .crash(stele_host::fs::CrashPlan::KeepPrefix { ops: 0 }),
+    );
+    let (records, _) = read_wal(vfs, "c.wal", mode).unwrap();
+    assert_eq!(
+        records.len(),
+        16,
+        "the cancelled callers' records survive a power loss too"
+    );
+}
+
+every_mode!(
+    tasks_64_x_200_durable_commits,
+    threads_and_tasks_share_one_writer,
+    a_failed_sync_reaches_all_16_waiting_tasks,
+    cancelled_waiters_lose_nothing,
+);
