@@ -11,6 +11,8 @@ use stele::wal::{DurabilityPolicy, RecoveryEnd, WalOptions};
 use stele_host::fs::RealFs;
 use stele_host::{Mode, Wal, read_wal};
 
+mod bench;
+
 /// Stele: durable append-only logs, native or sandboxed in a WebAssembly component.
 #[derive(Parser)]
 #[command(version, about, long_about = None)]
@@ -27,6 +29,26 @@ enum Command {
     /// Write-ahead log tools.
     #[command(subcommand)]
     Wal(WalCommand),
+    /// Durable group-commit throughput: the disk's limit (raw write + fdatasync), then Stele
+    /// native, sandboxed (threads and tokio tasks) and sandboxed-plain at each writer count, in
+    /// one run, as a markdown table. Build with --release.
+    Bench {
+        /// Directory on the disk to measure (default: a fresh temporary directory).
+        #[arg(long)]
+        dir: Option<PathBuf>,
+        /// Durable commits per row.
+        #[arg(long, default_value_t = 4000)]
+        records: usize,
+        /// Payload bytes per record.
+        #[arg(long, default_value_t = 128)]
+        payload_bytes: usize,
+        /// Writer counts.
+        #[arg(long, value_delimiter = ',', default_value = "1,4,16,64")]
+        writers: Vec<usize>,
+        /// Also write one JSON object per row to this file.
+        #[arg(long)]
+        json: Option<PathBuf>,
+    },
 }
 
 #[derive(clap::Args)]
@@ -88,6 +110,30 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Demo(args) => demo(args),
         Command::Wal(WalCommand::Dump { path, sandboxed }) => wal_dump(&path, sandboxed),
+        Command::Bench {
+            dir,
+            records,
+            payload_bytes,
+            writers,
+            json,
+        } => {
+            let args = bench::BenchArgs {
+                records,
+                payload_bytes,
+                writers,
+                json,
+            };
+            match dir {
+                Some(dir) => std::fs::create_dir_all(&dir)
+                    .map_err(Into::into)
+                    .and_then(|()| bench::run(&dir, &args)),
+                None => tempfile::Builder::new()
+                    .prefix("stele-bench-")
+                    .tempdir()
+                    .map_err(Into::into)
+                    .and_then(|t| bench::run(t.path(), &args)),
+            }
+        }
         Command::Wal(WalCommand::Soak {
             path,
             threads,

@@ -1,0 +1,269 @@
+//! `stele bench`: durable group-commit throughput, side by side with the disk's limit, in one
+//! run. (The full benchmark plan, with peers, is issue 7's; this is its group-commit table.)
+
+use std::io::Write;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Instant;
+
+use anyhow::{Context, Result};
+use stele::wal::{DurabilityPolicy, WalOptions};
+use stele_host::fs::RealFs;
+use stele_host::{Mode, Wal};
+
+pub struct BenchArgs {
+    pub records: usize,
+    pub payload_bytes: usize,
+    pub writers: Vec<usize>,
+    pub json: Option<std::path::PathBuf>,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Driver {
+    Threads,
+    Tasks,
+}
+
+struct Row {
+    system: String,
+    mode: &'static str,
+    writers: usize,
+    records: usize,
+    seconds: f64,
+    syncs: u64,
+    latencies_us: Vec<f64>,
+}
+
+impl Row {
+    fn records_per_s(&self) -> f64 {
+        self.records as f64 / self.seconds
+    }
+    fn percentile(&self, p: f64) -> f64 {
+        let mut v = self.latencies_us.clone();
+        v.sort_by(|a, b| a.total_cmp(b));
+        v.get(((v.len() as f64 - 1.0) * p).round() as usize)
+            .copied()
+            .unwrap_or(0.0)
+    }
+}
+
+/// The physical limit for one writer: a raw write of the record plus fdatasync, in a loop.
+/// `preallocated`: the file is sized up front and written in place, so fdatasync flushes no
+/// metadata; otherwise each record is appended.
+fn limit(dir: &Path, records: usize, payload: usize, preallocated: bool) -> Result<Row> {
+    use std::os::unix::fs::FileExt;
+    let path = dir.join(if preallocated {
+        "limit-prealloc"
+    } else {
+        "limit-append"
+    });
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(true)
+        .read(true)
+        .write(true)
+        .open(&path)?;
+    let record = vec![0xA5u8; payload + stele::wal::record::RECORD_OVERHEAD_BYTES];
+    if preallocated {
+        file.write_all_at(&vec![0u8; record.len() * records], 0)?;
+        file.sync_all()?;
+    }
+    let mut latencies = Vec::with_capacity(records);
+    let started = Instant::now();
+    for i in 0..records {
+        let t = Instant::now();
+        file.write_all_at(&record, (i * record.len()) as u64)?;
+        file.sync_data()?;
+        latencies.push(t.elapsed().as_secs_f64() * 1e6);
+    }
+    let seconds = started.elapsed().as_secs_f64();
+    std::fs::remove_file(&path)?;
+    let system = if preallocated {
+        "limit (pwrite prealloc + fdatasync)"
+    } else {
+        "limit (append + fdatasync)"
+    };
+    Ok(Row {
+        system: system.into(),
+        mode: "raw",
+        writers: 1,
+        records,
+        seconds,
+        syncs: records as u64,
+        latencies_us: latencies,
+    })
+}
+
+fn stele(
+    dir: &Path,
+    mode: Mode,
+    driver: Driver,
+    writers: usize,
+    records: usize,
+    payload: usize,
+) -> Result<Row> {
+    let name = format!("bench-{}-{writers}.wal", mode.name());
+    let _ = std::fs::remove_file(dir.join(&name));
+    let fs = Arc::new(RealFs::open_root(dir)?);
+    let options = WalOptions {
+        retained_bytes_max: 0,
+        ..WalOptions::new(DurabilityPolicy::Barrier)
+    };
+    let wal = Wal::create(fs, &name, options, mode)?;
+    let per_writer = records.div_ceil(writers);
+    let body = vec![0x5Au8; payload];
+    let started = Instant::now();
+    let latencies: Vec<f64> = match driver {
+        Driver::Threads => std::thread::scope(|s| -> Result<Vec<f64>> {
+            let handles: Vec<_> = (0..writers)
+                .map(|_| {
+                    let (wal, body) = (wal.clone(), &body);
+                    s.spawn(move || -> Result<Vec<f64>> {
+                        let mut l = Vec::with_capacity(per_writer);
+                        for _ in 0..per_writer {
+                            let t = Instant::now();
+                            wal.commit_durable(1, body)?;
+                            l.push(t.elapsed().as_secs_f64() * 1e6);
+                        }
+                        Ok(l)
+                    })
+                })
+                .collect();
+            let mut all = Vec::new();
+            for h in handles {
+                all.extend(h.join().map_err(|_| anyhow::anyhow!("writer panicked"))??);
+            }
+            Ok(all)
+        })?,
+        Driver::Tasks => {
+            let rt = tokio::runtime::Builder::new_multi_thread()
+                .enable_all()
+                .build()?;
+            let wal = wal.to_async();
+            rt.block_on(async {
+                let handles: Vec<_> = (0..writers)
+                    .map(|_| {
+                        let (wal, body) = (wal.clone(), body.clone());
+                        tokio::spawn(async move {
+                            let mut l = Vec::with_capacity(per_writer);
+                            for _ in 0..per_writer {
+                                let t = Instant::now();
+                                wal.commit_durable(1, &body).await?;
+                                l.push(t.elapsed().as_secs_f64() * 1e6);
+                            }
+                            Ok::<_, stele_host::WalError>(l)
+                        })
+                    })
+                    .collect();
+                let mut all = Vec::new();
+                for h in handles {
+                    all.extend(h.await??);
+                }
+                Ok::<_, anyhow::Error>(all)
+            })?
+        }
+    };
+    let seconds = started.elapsed().as_secs_f64();
+    let stats = wal.stats()?;
+    let driver_name = if driver == Driver::Threads {
+        "threads"
+    } else {
+        "tokio tasks"
+    };
+    Ok(Row {
+        system: format!("stele {} ({driver_name})", mode.name()),
+        mode: mode.name(),
+        writers,
+        records: latencies.len(),
+        seconds,
+        syncs: stats.groups,
+        latencies_us: latencies,
+    })
+}
+
+pub fn run(dir: &Path, args: &BenchArgs) -> Result<()> {
+    let payload = args.payload_bytes;
+    let mut rows = Vec::new();
+    let limit_records = args.records.min(2000);
+    rows.push(limit(dir, limit_records, payload, true)?);
+    rows.push(limit(dir, limit_records, payload, false)?);
+    for &n in &args.writers {
+        // Alternate the systems at each N so that they share the machine's noise.
+        rows.push(stele(
+            dir,
+            Mode::Native,
+            Driver::Threads,
+            n,
+            args.records,
+            payload,
+        )?);
+        rows.push(stele(
+            dir,
+            Mode::Sandboxed,
+            Driver::Threads,
+            n,
+            args.records,
+            payload,
+        )?);
+        rows.push(stele(
+            dir,
+            Mode::Sandboxed,
+            Driver::Tasks,
+            n,
+            args.records,
+            payload,
+        )?);
+        rows.push(stele(
+            dir,
+            Mode::SandboxedPlain,
+            Driver::Threads,
+            n,
+            args.records.min(2000),
+            payload,
+        )?);
+    }
+    let limit_rps = rows[0].records_per_s();
+    println!(
+        "Durable commits of {payload} B (policy Barrier = fdatasync on Linux), one run; \
+         ratios against stele native threads at the same N and against the preallocated limit.\n"
+    );
+    println!(
+        "| system | writers | records/s | records/fsync | p50 µs | p99 µs | × native | × limit |"
+    );
+    println!("|---|---:|---:|---:|---:|---:|---:|---:|");
+    for r in &rows {
+        let native = rows
+            .iter()
+            .find(|n| n.mode == "native" && n.writers == r.writers && n.system.contains("threads"))
+            .map(|n| n.records_per_s());
+        println!(
+            "| {} | {} | {:.0} | {:.1} | {:.0} | {:.0} | {} | {:.2} |",
+            r.system,
+            r.writers,
+            r.records_per_s(),
+            r.records as f64 / r.syncs.max(1) as f64,
+            r.percentile(0.5),
+            r.percentile(0.99),
+            native.map_or("-".into(), |n| format!("{:.2}", r.records_per_s() / n)),
+            r.records_per_s() / limit_rps,
+        );
+    }
+    if let Some(path) = &args.json {
+        let mut out = std::fs::File::create(path).with_context(|| format!("{}", path.display()))?;
+        for r in &rows {
+            writeln!(
+                out,
+                "{{\"workload\":\"durable-commit\",\"system\":\"{}\",\"mode\":\"{}\",\"writers\":{},\"payload_bytes\":{payload},\"records_per_s\":{:.1},\"mb_per_s\":{:.3},\"fsyncs_per_record\":{:.4},\"p50_us\":{:.1},\"p99_us\":{:.1}}}",
+                r.system,
+                r.mode,
+                r.writers,
+                r.records_per_s(),
+                r.records_per_s() * payload as f64 / 1e6,
+                r.syncs as f64 / r.records as f64,
+                r.percentile(0.5),
+                r.percentile(0.99),
+            )?;
+        }
+    }
+    Ok(())
+}
