@@ -23,8 +23,9 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// A tour on real files: many threads commit durably, natively and then inside the
-    /// component; each log is reopened and every record checked; a table sums it up.
+    /// A tour on real files: many threads commit durably, natively, then inside the async-ABI
+    /// component, then inside the plain WASI 0.2 component; each log is reopened and every
+    /// record checked; a table sums it up.
     Demo(DemoArgs),
     /// Write-ahead log tools.
     #[command(subcommand)]
@@ -347,8 +348,9 @@ fn demo(args: DemoArgs) -> Result<()> {
         println!("  {:<9} {}", r.mode.name(), buckets.join(", "));
     }
     println!(
-        "\nNative threads share group commits. This component build exports synchronous WASI 0.2 \
-         functions, so sandboxed calls are serialized and each durable commit syncs on its own."
+        "\nnative: the engine called directly; threads share group commits.\n\
+         sandboxed: the async-ABI component; one instance serves all threads, which share syncs.\n\
+         sandboxed-plain: the plain WASI 0.2 component; calls are serialized, one sync each."
     );
     if let Some(temp) = temp
         && args.keep
