@@ -858,6 +858,49 @@ mod tests {
     }
 
     #[test]
+    fn rename_sync_dir_and_set_len_faults_fail_and_change_nothing() {
+        let fs = FaultFs::new();
+        fs.inject(FaultRule {
+            op: OpKind::Rename,
+            nth: 1,
+            error: InjectedError::Io,
+        });
+        fs.inject(FaultRule {
+            op: OpKind::SyncDir,
+            nth: 1,
+            error: InjectedError::NoSpace,
+        });
+        fs.inject(FaultRule {
+            op: OpKind::SetLen,
+            nth: 1,
+            error: InjectedError::Io,
+        });
+        let f = write(&fs, "a", 0, b"abc");
+        assert_eq!(f.set_len(1), Err(VfsError::Io("injected EIO".into())));
+        assert_eq!(fs.contents("a").unwrap(), b"abc");
+        assert_eq!(
+            fs.rename("a", "b"),
+            Err(VfsError::Io("injected EIO".into()))
+        );
+        assert_eq!((fs.contents("a").is_some(), fs.contents("b")), (true, None));
+        assert_eq!(fs.sync_dir(""), Err(VfsError::NoSpace));
+        assert_eq!(
+            fs.crash(CrashPlan::KeepPrefix { ops: 0 }).contents("a"),
+            None,
+            "dir sync failed"
+        );
+        // The second of each succeeds.
+        f.set_len(1).unwrap();
+        fs.rename("a", "b").unwrap();
+        fs.sync_dir("").unwrap();
+        f.sync(SyncKind::Full).unwrap();
+        assert_eq!(
+            fs.crash(CrashPlan::KeepPrefix { ops: 0 }).contents("b"),
+            Some(b"a".to_vec())
+        );
+    }
+
+    #[test]
     fn paged_contents_behave_like_a_vec() {
         let mut paged = PagedFile::default();
         let mut plain: Vec<u8> = Vec::new();
