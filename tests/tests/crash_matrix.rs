@@ -226,11 +226,12 @@ fn report(r: &MatrixReport) {
 }
 
 fn durable_workloads() -> Vec<WalWorkload> {
-    // Five recorded runs (threads interleave differently in each) of about 2,000+ states each;
-    // together they pass the 10,000-state floor with room to spare.
-    (1..=5)
+    // Seven recorded runs. How many states a run has depends on how its threads interleave
+    // (bigger groups, fewer operations): observed 2,185 to 4,657 per run, so seven keep the
+    // total well above the 10,000-state floor even when every run groups heavily.
+    (1..=7)
         .map(|seed| WalWorkload {
-            policy: if seed <= 3 {
+            policy: if seed % 2 == 1 {
                 DurabilityPolicy::FullSync
             } else {
                 DurabilityPolicy::Barrier
