@@ -20,9 +20,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use futures::StreamExt;
 use futures::stream::FuturesUnordered;
 use stele::vfs::Vfs;
-use stele::wal::{
-    LogSeq, Recovery, RecoveryEnd, VisibleRecord, WalOptions, WalRetirement, WalWriterStats,
-};
+use stele::wal::{LogSeq, Recovery, VisibleRecord, WalOptions, WalRetirement, WalWriterStats};
 use tokio::sync::{mpsc, oneshot};
 use wasmtime::Store;
 use wasmtime::component::ResourceAny;
@@ -219,19 +217,7 @@ fn dispatch(
             writer_api
                 .call_create(acc, path.clone(), wit_opts)
                 .await
-                .map(|r| {
-                    r.map(|w| {
-                        let new = Recovery {
-                            first_seq: options.first_seq,
-                            next_seq: options.first_seq,
-                            records: 0,
-                            valid_end: 0,
-                            file_len: 0,
-                            end: RecoveryEnd::NewLog,
-                        };
-                        (w, new)
-                    })
-                })
+                .map(|r| r.map(|w| (w, Recovery::new_log(options.first_seq, 0))))
         } else {
             writer_api
                 .call_open(acc, path.clone(), wit_opts)

@@ -14,8 +14,8 @@ use std::cell::{Cell, RefCell};
 use std::future::poll_fn;
 use std::task::{Poll, Waker};
 
-use crate::vfs::{SyncKind, VfsFile};
-use crate::wal::group_commit::{GroupCommit, LeaderStep, Leadership, WaitState};
+use crate::vfs::{SyncKind, VfsError, VfsFile};
+use crate::wal::group_commit::{Group, GroupCommit, LeaderStep, Leadership, WaitState};
 use crate::wal::{LogSeq, SetupMode, WalWriteError, setup_log};
 
 use super::Component;
@@ -142,39 +142,55 @@ impl AsyncWriter {
             }
         }
         loop {
-            let Some(group) = self.core.borrow_mut().poll_group() else {
-                self.core.borrow_mut().release_leadership();
-                self.wake_all();
+            let Some(group) = self.next_group() else {
                 return;
             };
             let data: Vec<u8> = group.chunks.concat();
-            let mut result = vfs_async::write_at(&self.file.0, group.offset, data)
-                .await
-                .map_err(from_wit);
+            let mut result = if data.len() <= INLINE_WRITE_BYTES_MAX {
+                self.file.write_at(group.offset, &data)
+            } else {
+                vfs_async::write_at(&self.file.0, group.offset, data)
+                    .await
+                    .map_err(from_wit)
+            };
             if let (Ok(()), Some(kind)) = (&result, group.sync) {
                 result = vfs_async::sync(&self.file.0, wit_sync_kind(kind))
                     .await
                     .map_err(from_wit);
             }
-            let step = {
-                let mut core = self.core.borrow_mut();
-                core.handle_group_done(&group, result);
-                core.poll_leader_step()
-            };
-            self.wake_all();
-            if step != LeaderStep::Continue {
+            if self.finish_group(&group, result) != LeaderStep::Continue {
                 return;
             }
         }
+    }
+
+    /// The next group to write, or `None` after releasing leadership (nothing pending).
+    fn next_group(&self) -> Option<Group> {
+        let group = self.core.borrow_mut().poll_group();
+        if group.is_none() {
+            self.core.borrow_mut().release_leadership();
+            self.wake_all();
+        }
+        group
+    }
+
+    /// Reports a written (or failed) group, wakes every parked task, and says whether this
+    /// leader goes on.
+    fn finish_group(&self, group: &Group, result: Result<(), VfsError>) -> LeaderStep {
+        let step = {
+            let mut core = self.core.borrow_mut();
+            core.handle_group_done(group, result);
+            core.poll_leader_step()
+        };
+        self.wake_all();
+        step
     }
 
     /// A non-durable commit that finds no leader writes the pending groups itself, through the
     /// synchronous imports: it is a synchronous export and cannot await.
     fn lead_blocking(&self) {
         loop {
-            let Some(group) = self.core.borrow_mut().poll_group() else {
-                self.core.borrow_mut().release_leadership();
-                self.wake_all();
+            let Some(group) = self.next_group() else {
                 return;
             };
             let data: Vec<u8> = group.chunks.concat();
@@ -182,13 +198,7 @@ impl AsyncWriter {
             if let (Ok(()), Some(kind)) = (&result, group.sync) {
                 result = self.file.sync(kind);
             }
-            let step = {
-                let mut core = self.core.borrow_mut();
-                core.handle_group_done(&group, result);
-                core.poll_leader_step()
-            };
-            self.wake_all();
-            if step != LeaderStep::Continue {
+            if self.finish_group(&group, result) != LeaderStep::Continue {
                 return;
             }
         }

@@ -144,18 +144,7 @@ impl Vfs for MemVfs {
     }
 
     fn list(&self, dir: &str) -> Result<Vec<String>, VfsError> {
-        let prefix = if dir.is_empty() {
-            String::new()
-        } else {
-            format!("{dir}/")
-        };
         let files = lock(&self.inner.files);
-        let mut names: Vec<String> = files
-            .keys()
-            .filter_map(|k| k.strip_prefix(&prefix))
-            .map(|rest| rest.split('/').next().unwrap_or(rest).to_owned())
-            .collect();
-        names.dedup();
-        Ok(names)
+        Ok(super::child_names(files.keys().map(String::as_str), dir))
     }
 }

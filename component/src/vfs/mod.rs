@@ -122,6 +122,23 @@ pub trait Vfs: Send + Sync + fmt::Debug {
     fn list(&self, dir: &str) -> Result<Vec<String>, VfsError>;
 }
 
+/// The entries of directory `dir` in a flat namespace of `/`-separated file paths (sorted
+/// input gives sorted, deduplicated output): what an in-memory backend answers to
+/// [`Vfs::list`].
+pub fn child_names<'a>(sorted_paths: impl Iterator<Item = &'a str>, dir: &str) -> Vec<String> {
+    let prefix = if dir.is_empty() {
+        String::new()
+    } else {
+        format!("{dir}/")
+    };
+    let mut names: Vec<String> = sorted_paths
+        .filter_map(|path| path.strip_prefix(&prefix))
+        .map(|rest| rest.split('/').next().unwrap_or(rest).to_owned())
+        .collect();
+    names.dedup();
+    names
+}
+
 /// The directory that holds `path`: `""` (the root) for a bare file name.
 pub fn parent_dir(path: &str) -> &str {
     match path.rfind('/') {

@@ -50,6 +50,18 @@ pub enum RecoveryEnd {
 }
 
 impl Recovery {
+    /// What a log that holds no header yet recovers to: nothing, starting at `first_seq`.
+    pub const fn new_log(first_seq: LogSeq, file_len: u64) -> Recovery {
+        Recovery {
+            first_seq,
+            next_seq: first_seq,
+            records: 0,
+            valid_end: 0,
+            file_len,
+            end: RecoveryEnd::NewLog,
+        }
+    }
+
     /// Bytes after the valid prefix that recovery discards.
     pub fn torn_bytes(&self) -> u64 {
         self.file_len - self.valid_end
@@ -83,14 +95,7 @@ impl RecordScan {
             file_len,
             finished: None,
         };
-        let new_log = Recovery {
-            first_seq: first_seq_if_new,
-            next_seq: first_seq_if_new,
-            records: 0,
-            valid_end: 0,
-            file_len,
-            end: RecoveryEnd::NewLog,
-        };
+        let new_log = Recovery::new_log(first_seq_if_new, file_len);
         if file_len == 0 {
             scan.finished = Some(new_log);
             return Ok(scan);

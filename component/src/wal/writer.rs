@@ -48,14 +48,7 @@ pub fn setup_log(
             if len != 0 {
                 return Err(WalOpenError::NotEmpty { len });
             }
-            Recovery {
-                first_seq: options.first_seq,
-                next_seq: options.first_seq,
-                records: 0,
-                valid_end: 0,
-                file_len: 0,
-                end: RecoveryEnd::NewLog,
-            }
+            Recovery::new_log(options.first_seq, 0)
         }
         SetupMode::Open => replay(file, options.first_seq, |_| {})?,
     };

@@ -27,7 +27,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
-use stele::vfs::{OpenMode, SyncKind, Vfs, VfsError, VfsFile, parent_dir};
+use stele::vfs::{OpenMode, SyncKind, Vfs, VfsError, VfsFile, child_names, parent_dir};
 
 /// The granularity at which a crash may tear a write: the classic disk sector. A torn write
 /// keeps a prefix of the sectors it covers.
@@ -703,20 +703,10 @@ impl Vfs for FaultFs {
 
     fn list(&self, dir: &str) -> Result<Vec<String>, VfsError> {
         let state = self.lock();
-        let prefix = if dir.is_empty() {
-            String::new()
-        } else {
-            format!("{dir}/")
-        };
-        let mut names: Vec<String> = state
-            .model
-            .live_names
-            .keys()
-            .filter_map(|k| k.strip_prefix(&prefix))
-            .map(|rest| rest.split('/').next().unwrap_or(rest).to_owned())
-            .collect();
-        names.dedup();
-        Ok(names)
+        Ok(child_names(
+            state.model.live_names.keys().map(String::as_str),
+            dir,
+        ))
     }
 }
 
