@@ -108,7 +108,7 @@ impl FileHeader {
         out
     }
 
-    /// Decodes and verifies a header, without judging family or version: see [`Self::expect`].
+    /// Decodes and verifies a header, without judging family or version: see [`Self::decode_expecting`].
     pub fn decode(bytes: &[u8]) -> Result<Self, HeaderError> {
         let Some(bytes) = bytes.get(..HEADER_BYTES) else {
             return Err(HeaderError::TooShort {

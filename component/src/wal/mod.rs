@@ -1,7 +1,7 @@
 //! The write-ahead log: group commit over one append-only file.
 //!
 //! What it owns: the WAL file format ([`record`], on top of [`crate::frame`] and
-//! [`crate::header`]), recovery ([`replay`]), the group-commit state machine
+//! [`crate::header`]), recovery ([`mod@replay`]), the group-commit state machine
 //! ([`group_commit::GroupCommit`], sans-I/O) and the thread driver ([`WalWriter`]).
 //!
 //! What it promises, in one place (the method docs repeat the part that concerns them):
