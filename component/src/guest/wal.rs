@@ -269,16 +269,9 @@ impl wit::GuestWriter for GuestWriter {
         first_seq: u64,
         limit: u32,
     ) -> Result<Vec<wit::VisibleRecord>, wit::WalError> {
-        Ok(self
-            .0
-            .visible_records(LogSeq(first_seq), limit as usize)
-            .into_iter()
-            .map(|r| wit::VisibleRecord {
-                seq: r.seq.0,
-                op: r.op,
-                payload: r.payload.to_vec(),
-            })
-            .collect())
+        Ok(visible(
+            self.0.visible_records(LogSeq(first_seq), limit as usize),
+        ))
     }
 
     fn retire_visible_through(
@@ -289,11 +282,7 @@ impl wit::GuestWriter for GuestWriter {
             .0
             .retire_visible_through(LogSeq(absorbed_through))
             .map_err(retire_error)?;
-        Ok(wit::Retirement {
-            records: r.records,
-            bytes: r.bytes,
-            retained_bytes: r.retained_bytes,
-        })
+        Ok(retirement(r))
     }
 
     fn stats(&self) -> wit::WalStats {
@@ -302,18 +291,16 @@ impl wit::GuestWriter for GuestWriter {
 }
 
 pub(crate) fn stats(s: WalWriterStats) -> wit::WalStats {
-    {
-        wit::WalStats {
-            groups: s.groups,
-            records: s.records,
-            bytes: s.bytes,
-            syncs: s.syncs,
-            dir_syncs: s.dir_syncs,
-            group_records_histogram: s.group_records_histogram.to_vec(),
-            durable_end: s.durable_end.0,
-            visible_end: s.visible_end.0,
-            retained_bytes: s.retained_bytes,
-            retained_records: s.retained_records,
-        }
+    wit::WalStats {
+        groups: s.groups,
+        records: s.records,
+        bytes: s.bytes,
+        syncs: s.syncs,
+        dir_syncs: s.dir_syncs,
+        group_records_histogram: s.group_records_histogram.to_vec(),
+        durable_end: s.durable_end.0,
+        visible_end: s.visible_end.0,
+        retained_bytes: s.retained_bytes,
+        retained_records: s.retained_records,
     }
 }
