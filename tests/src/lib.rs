@@ -79,7 +79,9 @@ pub fn payload_id(p: &[u8]) -> (u64, u64) {
 
 /// Wraps a Vfs and fails the Nth file sync and/or the Nth write (1-based, counted over every
 /// file it opened) with a chosen error. Later calls succeed again, as Linux's fsync does after
-/// reporting an error: that is exactly the case a writer must not be fooled by.
+/// reporting an error: that is exactly the case a writer must not be fooled by. It can also
+/// hold every file sync at a gate ([`Counters::close_gate`]), so a test can keep a group in
+/// flight while it lines callers up behind it.
 #[derive(Debug)]
 pub struct FailingVfs {
     inner: Arc<dyn Vfs>,
@@ -93,6 +95,9 @@ pub struct Counters {
     pub fail_sync_at: AtomicU64,
     pub fail_write_at: AtomicU64,
     pub error: std::sync::Mutex<Option<VfsError>>,
+    /// `true` while file syncs must wait.
+    gate_closed: std::sync::Mutex<bool>,
+    gate_opened: std::sync::Condvar,
 }
 
 impl FailingVfs {
@@ -118,6 +123,23 @@ impl Counters {
     pub fn fail_write_at(&self, n: u64, error: VfsError) {
         *self.error.lock().unwrap() = Some(error);
         self.fail_write_at.store(n, Ordering::SeqCst);
+    }
+
+    /// From now on, file syncs wait until [`Self::open_gate`].
+    pub fn close_gate(&self) {
+        *self.gate_closed.lock().unwrap() = true;
+    }
+
+    pub fn open_gate(&self) {
+        *self.gate_closed.lock().unwrap() = false;
+        self.gate_opened.notify_all();
+    }
+
+    fn wait_at_gate(&self) {
+        let mut closed = self.gate_closed.lock().unwrap();
+        while *closed {
+            closed = self.gate_opened.wait(closed).unwrap();
+        }
     }
 
     fn error(&self) -> VfsError {
@@ -153,6 +175,7 @@ impl VfsFile for FailingFile {
         self.inner.set_len(len)
     }
     fn sync(&self, kind: SyncKind) -> Result<(), VfsError> {
+        self.counters.wait_at_gate();
         let n = self.counters.syncs.fetch_add(1, Ordering::SeqCst) + 1;
         if n == self.counters.fail_sync_at.load(Ordering::SeqCst) {
             return Err(self.counters.error());

@@ -3,13 +3,13 @@
 //! natively.
 
 use std::collections::HashSet;
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::Arc;
 
-use stele::vfs::{OpenMode, SyncKind, Vfs, VfsError, VfsFile};
+use stele::vfs::Vfs;
 use stele::wal::{DurabilityPolicy, LogSeq, WalOptions, WalWriteError};
 use stele_host::fs::{FaultFs, FaultRule, InjectedError, OpKind};
 use stele_host::{Mode, Wal, WalError, read_wal};
-use stele_tests::{TempRoot, every_mode, payload, payload_id};
+use stele_tests::{Counters, FailingVfs, TempRoot, every_mode, payload, payload_id};
 
 fn runtime() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_multi_thread()
@@ -134,80 +134,11 @@ fn threads_and_tasks_share_one_writer(mode: Mode) {
     check_recovered(root.vfs(), "m.wal", mode, (16 * per) as usize);
 }
 
-/// A Vfs whose file syncs wait until the test opens the gate: the test can hold a group in
-/// flight while it lines callers up behind it.
-#[derive(Debug, Clone)]
-struct GatedVfs {
-    inner: FaultFs,
-    gate: Arc<(Mutex<bool>, Condvar)>,
-}
-
-#[derive(Debug)]
-struct GatedFile {
-    inner: Box<dyn VfsFile>,
-    gate: Arc<(Mutex<bool>, Condvar)>,
-}
-
-impl GatedVfs {
-    fn set(&self, open: bool) {
-        *self.gate.0.lock().unwrap() = open;
-        self.gate.1.notify_all();
-    }
-}
-
-impl VfsFile for GatedFile {
-    fn len(&self) -> Result<u64, VfsError> {
-        self.inner.len()
-    }
-    fn read_at(&self, offset: u64, buf: &mut [u8]) -> Result<usize, VfsError> {
-        self.inner.read_at(offset, buf)
-    }
-    fn write_at(&self, offset: u64, data: &[u8]) -> Result<(), VfsError> {
-        self.inner.write_at(offset, data)
-    }
-    fn set_len(&self, len: u64) -> Result<(), VfsError> {
-        self.inner.set_len(len)
-    }
-    fn sync(&self, kind: SyncKind) -> Result<(), VfsError> {
-        let (lock, cv) = &*self.gate;
-        let mut open = lock.lock().unwrap();
-        while !*open {
-            open = cv.wait(open).unwrap();
-        }
-        drop(open);
-        self.inner.sync(kind)
-    }
-}
-
-impl Vfs for GatedVfs {
-    fn open(&self, path: &str, mode: OpenMode) -> Result<Box<dyn VfsFile>, VfsError> {
-        Ok(Box::new(GatedFile {
-            inner: self.inner.open(path, mode)?,
-            gate: self.gate.clone(),
-        }))
-    }
-    fn rename(&self, from: &str, to: &str) -> Result<(), VfsError> {
-        self.inner.rename(from, to)
-    }
-    fn sync_dir(&self, dir: &str) -> Result<(), VfsError> {
-        self.inner.sync_dir(dir)
-    }
-    fn remove(&self, path: &str) -> Result<(), VfsError> {
-        self.inner.remove(path)
-    }
-    fn exists(&self, path: &str) -> Result<bool, VfsError> {
-        self.inner.exists(path)
-    }
-    fn list(&self, dir: &str) -> Result<Vec<String>, VfsError> {
-        self.inner.list(dir)
-    }
-}
-
-fn gated() -> GatedVfs {
-    GatedVfs {
-        inner: FaultFs::new(),
-        gate: Arc::new((Mutex::new(true), Condvar::new())),
-    }
+/// A FaultFs behind a FailingVfs: its gate holds a group in flight, its fault rules fail it.
+fn gated() -> (FaultFs, Arc<FailingVfs>, Arc<Counters>) {
+    let fault = FaultFs::new();
+    let (vfs, counters) = FailingVfs::new(Arc::new(fault.clone()));
+    (fault, vfs, counters)
 }
 
 /// Waits until the writer shows `visible` records staged.
@@ -227,21 +158,21 @@ fn a_failed_sync_reaches_all_16_waiting_tasks(mode: Mode) {
         // there is nothing to line up (its poisoning is covered in tests/wal.rs).
         return;
     }
-    let vfs = gated();
-    let wal = Wal::create(Arc::new(vfs.clone()), "f.wal", options(), mode)
+    let (fault, vfs, gate) = gated();
+    let wal = Wal::create(vfs, "f.wal", options(), mode)
         .unwrap()
         .to_async();
     runtime().block_on(async {
         // Seq 0 is durable; a group holding seq 1 is in flight and blocked at its sync.
         wal.commit_durable(1, &payload(99, 0, 32)).await.unwrap();
-        vfs.set(false);
+        gate.close_gate();
         let first = tokio::spawn({
             let wal = wal.clone();
             async move { wal.commit_durable(1, &payload(99, 1, 32)).await }
         });
         until_visible(&wal, 2).await;
-        let syncs_so_far = vfs.inner.count(OpKind::Sync);
-        vfs.inner.inject(FaultRule {
+        let syncs_so_far = fault.count(OpKind::Sync);
+        fault.inject(FaultRule {
             op: OpKind::Sync,
             nth: syncs_so_far + 1,
             error: InjectedError::Io,
@@ -253,7 +184,7 @@ fn a_failed_sync_reaches_all_16_waiting_tasks(mode: Mode) {
             })
             .collect();
         until_visible(&wal, 18).await;
-        vfs.set(true);
+        gate.open_gate();
         let first = first.await.unwrap();
         assert!(
             matches!(first, Err(WalError::Write(WalWriteError::Failed { .. }))),
@@ -284,12 +215,12 @@ fn cancelled_waiters_lose_nothing(mode: Mode) {
         // Serialized calls: see a_failed_sync_reaches_all_16_waiting_tasks.
         return;
     }
-    let vfs = gated();
-    let wal = Wal::create(Arc::new(vfs.clone()), "c.wal", options(), mode)
+    let (fault, vfs, gate) = gated();
+    let wal = Wal::create(vfs, "c.wal", options(), mode)
         .unwrap()
         .to_async();
     runtime().block_on(async {
-        vfs.set(false);
+        gate.close_gate();
         let handles: Vec<_> = (0..16u64)
             .map(|t| {
                 let wal = wal.clone();
@@ -301,7 +232,7 @@ fn cancelled_waiters_lose_nothing(mode: Mode) {
         for h in handles.iter().step_by(2) {
             h.abort();
         }
-        vfs.set(true);
+        gate.open_gate();
         for h in handles.into_iter().skip(1).step_by(2) {
             h.await.unwrap().unwrap();
         }
@@ -312,10 +243,7 @@ fn cancelled_waiters_lose_nothing(mode: Mode) {
             "every staged record is durable"
         );
     });
-    let vfs: Arc<dyn Vfs> = Arc::new(
-        vfs.inner
-            .crash(stele_host::fs::CrashPlan::KeepPrefix { ops: 0 }),
-    );
+    let vfs: Arc<dyn Vfs> = Arc::new(fault.crash(stele_host::fs::CrashPlan::KeepPrefix { ops: 0 }));
     let (records, _) = read_wal(vfs, "c.wal", mode).unwrap();
     assert_eq!(
         records.len(),
