@@ -143,7 +143,8 @@ fn gated() -> (FaultFs, Arc<FailingVfs>, Arc<Counters>) {
 
 /// Waits until the writer shows `visible` records staged.
 async fn until_visible(wal: &stele_host::AsyncWal, visible: u64) {
-    for _ in 0..20_000 {
+    // Bounded (each round is one stats call, ~0.1 ms) so a bug fails the test instead of hanging it.
+    for _ in 0..100_000 {
         if wal.stats().await.unwrap().visible_end.0 >= visible {
             return;
         }
