@@ -1,0 +1,201 @@
+//! Journal ops and their encoding. Each op is the body of one frame:
+//!
+//! ```text
+//! body offset  size  field
+//!           0     1  tag          1 = Set, 2 = Delete, 3 = Clear
+//!   Set:      1     4  key_len      u32 LE
+//!             5     k  key
+//!         5 + k     4  value_len    u32 LE
+//!         9 + k     v  value
+//!   Delete:   1     4  key_len      u32 LE
+//!             5     k  key
+//!   Clear:    (nothing after the tag)
+//! ```
+//!
+//! An op is well formed when its lengths account for every byte of the body, exactly.
+
+use std::collections::BTreeMap;
+
+use crate::frame;
+
+const TAG_SET: u8 = 1;
+const TAG_DELETE: u8 = 2;
+const TAG_CLEAR: u8 = 3;
+
+/// One change to the session state.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum JournalOp {
+    Set { key: Vec<u8>, value: Vec<u8> },
+    Delete { key: Vec<u8> },
+    Clear,
+}
+
+/// The state the ops fold into: keys in order.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct SessionState {
+    pub entries: BTreeMap<Vec<u8>, Vec<u8>>,
+}
+
+impl SessionState {
+    pub fn apply(&mut self, op: &JournalOp) {
+        match op {
+            JournalOp::Set { key, value } => {
+                self.entries.insert(key.clone(), value.clone());
+            }
+            JournalOp::Delete { key } => {
+                self.entries.remove(key);
+            }
+            JournalOp::Clear => self.entries.clear(),
+        }
+    }
+
+    /// The state after `ops`, in order, from empty.
+    pub fn fold<'a>(ops: impl IntoIterator<Item = &'a JournalOp>) -> SessionState {
+        let mut state = SessionState::default();
+        for op in ops {
+            state.apply(op);
+        }
+        state
+    }
+}
+
+impl JournalOp {
+    /// Appends this op's frame body to `out`.
+    fn encode_body(&self, out: &mut Vec<u8>) {
+        fn bytes(out: &mut Vec<u8>, b: &[u8]) {
+            out.extend_from_slice(&(b.len() as u32).to_le_bytes());
+            out.extend_from_slice(b);
+        }
+        match self {
+            JournalOp::Set { key, value } => {
+                out.push(TAG_SET);
+                bytes(out, key);
+                bytes(out, value);
+            }
+            JournalOp::Delete { key } => {
+                out.push(TAG_DELETE);
+                bytes(out, key);
+            }
+            JournalOp::Clear => out.push(TAG_CLEAR),
+        }
+    }
+
+    /// Decodes a frame body, or says why it is not a well-formed op.
+    pub fn decode_body(body: &[u8]) -> Result<JournalOp, &'static str> {
+        fn take<'a>(rest: &mut &'a [u8]) -> Result<&'a [u8], &'static str> {
+            let len_bytes = rest.get(..4).ok_or("length field cut short")?;
+            let len = u32::from_le_bytes(len_bytes.try_into().expect("4 bytes")) as usize;
+            // Bounded by the bytes present: a length beyond them is refused, not allocated.
+            let data = rest.get(4..4 + len).ok_or("length beyond the frame")?;
+            *rest = &rest[4 + len..];
+            Ok(data)
+        }
+        let (&tag, mut rest) = body.split_first().ok_or("empty op")?;
+        let op = match tag {
+            TAG_SET => {
+                let key = take(&mut rest)?.to_vec();
+                let value = take(&mut rest)?.to_vec();
+                JournalOp::Set { key, value }
+            }
+            TAG_DELETE => JournalOp::Delete {
+                key: take(&mut rest)?.to_vec(),
+            },
+            TAG_CLEAR => JournalOp::Clear,
+            _ => return Err("unknown op tag"),
+        };
+        if rest.is_empty() {
+            Ok(op)
+        } else {
+            Err("bytes after the op")
+        }
+    }
+}
+
+/// Frames `ops` for appending (no file header: the writer adds it to an empty file).
+pub fn encode_frames(ops: &[JournalOp]) -> Vec<u8> {
+    let mut out = Vec::new();
+    for op in ops {
+        frame::push_frame(&mut out, |body| op.encode_body(body));
+    }
+    out
+}
+
+/// The fewest ops that rebuild `state` from an empty journal: one `Set` per key, in key order.
+/// (A snapshot replaces the whole file, so it needs no `Clear`.)
+pub fn snapshot_ops(state: &SessionState) -> Vec<JournalOp> {
+    state
+        .entries
+        .iter()
+        .map(|(key, value)| JournalOp::Set {
+            key: key.clone(),
+            value: value.clone(),
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn set(k: &str, v: &str) -> JournalOp {
+        JournalOp::Set {
+            key: k.into(),
+            value: v.into(),
+        }
+    }
+
+    #[test]
+    fn ops_round_trip_and_layout_is_pinned() {
+        let ops = vec![
+            set("a", "1"),
+            JournalOp::Delete { key: b"b".to_vec() },
+            JournalOp::Clear,
+        ];
+        let bytes = encode_frames(&ops);
+        // Set "a"="1": tag + 4 + 1 + 4 + 1 = 11 bytes of body after the 8-byte frame header.
+        assert_eq!(&bytes[..4], &11u32.to_le_bytes());
+        assert_eq!(&bytes[8..19], &[1, 1, 0, 0, 0, b'a', 1, 0, 0, 0, b'1']);
+        let mut at = 0;
+        let mut decoded = Vec::new();
+        while at < bytes.len() {
+            let frame::Decoded::Frame { body } = frame::decode(&bytes[at..]) else {
+                panic!()
+            };
+            decoded.push(JournalOp::decode_body(body).unwrap());
+            at += frame::FRAME_HEADER_BYTES + body.len();
+        }
+        assert_eq!(decoded, ops);
+    }
+
+    #[test]
+    fn malformed_bodies_are_refused_not_allocated() {
+        assert_eq!(JournalOp::decode_body(&[]), Err("empty op"));
+        assert_eq!(JournalOp::decode_body(&[9]), Err("unknown op tag"));
+        assert_eq!(
+            JournalOp::decode_body(&[1, 0xff, 0xff, 0xff, 0xff]),
+            Err("length beyond the frame")
+        );
+        assert_eq!(JournalOp::decode_body(&[3, 0]), Err("bytes after the op"));
+        assert_eq!(
+            JournalOp::decode_body(&[2, 1, 0]),
+            Err("length field cut short")
+        );
+    }
+
+    #[test]
+    fn snapshot_is_minimal_and_rebuilds_the_state() {
+        let ops = vec![
+            set("b", "1"),
+            set("a", "2"),
+            set("b", "3"),
+            JournalOp::Delete { key: b"a".to_vec() },
+            set("c", "4"),
+        ];
+        let state = SessionState::fold(&ops);
+        let snap = snapshot_ops(&state);
+        assert_eq!(snap, vec![set("b", "3"), set("c", "4")]);
+        assert_eq!(SessionState::fold(&snap), state);
+        let cleared = SessionState::fold(&[set("x", "1"), JournalOp::Clear, set("y", "2")]);
+        assert_eq!(snapshot_ops(&cleared), vec![set("y", "2")]);
+    }
+}

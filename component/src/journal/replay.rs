@@ -1,0 +1,169 @@
+//! Journal recovery: the same rules as the WAL's (see [`crate::frame`]): the longest valid prefix
+//! of frames, a torn tail is reported (the writer cuts it before appending), damage followed by a
+//! valid frame is refused with its offset.
+
+use crate::frame::{FrameReader, Next, ScanEnd};
+use crate::header::{Family, FileHeader, HEADER_BYTES};
+use crate::vfs::VfsFile;
+
+use super::{JOURNAL_VERSION, JournalError, JournalOp};
+
+/// Where a journal's valid prefix ends.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct JournalRecovery {
+    /// Ops recovered.
+    pub ops: u64,
+    /// Byte offset where the valid prefix ends (0 for a file without a header).
+    pub valid_end: u64,
+    /// The file's length as read.
+    pub file_len: u64,
+    /// Whether bytes after `valid_end` were an unfinished write.
+    pub torn_tail: bool,
+    /// Whether the file holds a header yet (a zero-byte file does not).
+    pub has_header: bool,
+}
+
+/// Reads every op of the journal in `file`, in order, and where its valid prefix ends.
+pub fn replay(file: &dyn VfsFile) -> Result<(Vec<JournalOp>, JournalRecovery), JournalError> {
+    let file_len = file.len()?;
+    let mut recovery = JournalRecovery {
+        ops: 0,
+        valid_end: 0,
+        file_len,
+        torn_tail: false,
+        has_header: false,
+    };
+    if file_len == 0 {
+        return Ok((Vec::new(), recovery));
+    }
+    if file_len < HEADER_BYTES as u64 {
+        // The header is written with the first append and synced with it; a shorter file is
+        // an append that crashed before its sync returned, and nothing in it was acknowledged.
+        recovery.torn_tail = true;
+        return Ok((Vec::new(), recovery));
+    }
+    let mut header = [0u8; HEADER_BYTES];
+    file.read_exact_at(0, &mut header)?;
+    FileHeader::decode_expecting(&header, Family::Journal, JOURNAL_VERSION)?;
+    recovery.has_header = true;
+    let mut ops = Vec::new();
+    let mut frames = FrameReader::new(HEADER_BYTES as u64, file_len);
+    loop {
+        match frames.next_frame(file)? {
+            Next::Frame { offset, body } => {
+                let op = JournalOp::decode_body(body)
+                    .map_err(|why| JournalError::MalformedOp { offset, why })?;
+                ops.push(op);
+            }
+            Next::End(ScanEnd::Clean { end }) => {
+                recovery.valid_end = end;
+                break;
+            }
+            Next::End(ScanEnd::TornTail { valid_end, .. }) => {
+                recovery.valid_end = valid_end;
+                recovery.torn_tail = true;
+                break;
+            }
+            Next::End(ScanEnd::Corrupt {
+                offset,
+                valid_frame_at,
+            }) => {
+                return Err(JournalError::Corrupt {
+                    offset,
+                    valid_frame_at,
+                });
+            }
+        }
+    }
+    recovery.ops = ops.len() as u64;
+    Ok((ops, recovery))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::header::HeaderError;
+    use crate::journal::encode_frames;
+    use crate::vfs::{MemVfs, OpenMode, Vfs};
+
+    fn journal(ops: &[JournalOp]) -> Vec<u8> {
+        let mut bytes = FileHeader {
+            family: Family::Journal,
+            version: JOURNAL_VERSION,
+            family_word: 0,
+        }
+        .encode()
+        .to_vec();
+        bytes.extend(encode_frames(ops));
+        bytes
+    }
+
+    fn run(bytes: Vec<u8>) -> Result<(Vec<JournalOp>, JournalRecovery), JournalError> {
+        let vfs = MemVfs::new();
+        vfs.set_contents("j", bytes);
+        replay(&*vfs.open("j", OpenMode::Existing).unwrap())
+    }
+
+    fn ops() -> Vec<JournalOp> {
+        vec![
+            JournalOp::Set {
+                key: b"k1".to_vec(),
+                value: b"v1".to_vec(),
+            },
+            JournalOp::Set {
+                key: b"k2".to_vec(),
+                value: vec![7; 40],
+            },
+            JournalOp::Delete {
+                key: b"k1".to_vec(),
+            },
+        ]
+    }
+
+    #[test]
+    fn empty_file_is_an_empty_journal_and_every_cut_of_the_last_op_is_torn() {
+        let (got, rec) = run(Vec::new()).unwrap();
+        assert!(got.is_empty() && !rec.has_header && !rec.torn_tail);
+        let full = journal(&ops());
+        let last = encode_frames(&ops()[2..]).len();
+        for cut in full.len() - last + 1..full.len() {
+            let (got, rec) = run(full[..cut].to_vec()).unwrap();
+            assert_eq!(got, ops()[..2], "cut {cut}");
+            assert!(rec.torn_tail);
+            assert_eq!(rec.valid_end as usize, full.len() - last);
+        }
+        for cut in 1..HEADER_BYTES {
+            let (got, rec) = run(full[..cut].to_vec()).unwrap();
+            assert!(
+                got.is_empty() && rec.torn_tail,
+                "a cut header is an unacknowledged append"
+            );
+        }
+    }
+
+    #[test]
+    fn damage_before_a_valid_op_and_other_versions_are_refused() {
+        let mut bad = journal(&ops());
+        bad[HEADER_BYTES + 9] ^= 1;
+        assert!(matches!(
+            run(bad),
+            Err(JournalError::Corrupt { offset: 32, .. })
+        ));
+        let mut newer = journal(&ops());
+        newer[..HEADER_BYTES].copy_from_slice(
+            &FileHeader {
+                family: Family::Journal,
+                version: 2,
+                family_word: 0,
+            }
+            .encode(),
+        );
+        assert_eq!(
+            run(newer).unwrap_err(),
+            JournalError::BadHeader(HeaderError::UnsupportedVersion {
+                found: 2,
+                supported: 1
+            })
+        );
+    }
+}
