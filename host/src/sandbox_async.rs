@@ -2,8 +2,9 @@
 //!
 //! `Store::run_concurrent` owns the store while guest tasks are in flight, so one dispatcher
 //! thread owns it: it runs a current-thread tokio runtime, enters `run_concurrent` once, and
-//! then serves requests from a channel. Durable calls (`commit-durable`, `commit-many-durable`,
-//! `flush`) become concurrent guest tasks: while one leads and awaits the host's sync (on the
+//! then serves requests from a channel. Single-record commits travel as one-record batches, so
+//! there is one request kind per behaviour. Durable calls (`commit-many-durable`, `flush`)
+//! become concurrent guest tasks: while one leads and awaits the host's sync (on the
 //! instance's I/O thread), the dispatcher starts the next requests, which stage into the next
 //! group. The other calls complete without suspending. (Every export of `wal-async` is an
 //! `async func`: a store with async host functions accepts only async-lifted calls.)
@@ -37,22 +38,12 @@ use crate::{SandboxError, WalError};
 type Reply<T> = oneshot::Sender<Result<T, WalError>>;
 
 pub(crate) enum Request {
-    CommitDurable {
-        op: u16,
-        payload: Vec<u8>,
-        reply: Reply<LogSeq>,
-    },
     CommitManyDurable {
         records: Vec<wit::CommitRecord>,
         reply: Reply<Range<LogSeq>>,
     },
     Flush {
         reply: Reply<()>,
-    },
-    Commit {
-        op: u16,
-        payload: Vec<u8>,
-        reply: Reply<LogSeq>,
     },
     CommitMany {
         records: Vec<wit::CommitRecord>,
@@ -252,14 +243,6 @@ fn dispatch(
             let queued = std::iter::from_fn(|| queue.try_recv().ok());
             for request in std::iter::once(first).chain(queued) {
                 match request {
-                    Request::CommitDurable { op, payload, reply } => {
-                        in_flight.push(Box::pin(async move {
-                            let r = writer_api
-                                .call_commit_durable(acc, writer, op, payload)
-                                .await;
-                            let _ = reply.send(answer(r, LogSeq));
-                        }))
-                    }
                     Request::CommitManyDurable { records, reply } => {
                         in_flight.push(Box::pin(async move {
                             let r = writer_api
@@ -272,12 +255,6 @@ fn dispatch(
                         let r = writer_api.call_flush(acc, writer).await;
                         let _ = reply.send(answer(r, |()| ()));
                     })),
-                    Request::Commit { op, payload, reply } => {
-                        in_flight.push(Box::pin(async move {
-                            let r = writer_api.call_commit(acc, writer, op, payload).await;
-                            let _ = reply.send(answer(r, LogSeq));
-                        }))
-                    }
                     Request::CommitMany { records, reply } => {
                         in_flight.push(Box::pin(async move {
                             let r = writer_api.call_commit_many(acc, writer, records).await;

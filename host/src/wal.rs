@@ -215,11 +215,7 @@ impl Wal {
     pub fn commit(&self, op: u16, payload: &[u8]) -> Result<LogSeq, WalError> {
         match &*self.inner {
             Inner::Native(w) => Ok(w.commit(op, payload)?),
-            Inner::Async(s) => s.request_blocking(|reply| Request::Commit {
-                op,
-                payload: payload.to_vec(),
-                reply,
-            }),
+            Inner::Async(_) => self.commit_many(&[(op, payload)]).map(|r| r.start),
             Inner::Plain(s) => Self::plain(s, |st, b, w| {
                 b.stele_log_wal().writer().call_commit(st, w, op, payload)
             })
@@ -231,11 +227,7 @@ impl Wal {
     pub fn commit_durable(&self, op: u16, payload: &[u8]) -> Result<LogSeq, WalError> {
         match &*self.inner {
             Inner::Native(w) => Ok(w.commit_durable(op, payload)?),
-            Inner::Async(s) => s.request_blocking(|reply| Request::CommitDurable {
-                op,
-                payload: payload.to_vec(),
-                reply,
-            }),
+            Inner::Async(_) => self.commit_many_durable(&[(op, payload)]).map(|r| r.start),
             Inner::Plain(s) => Self::plain(s, |st, b, w| {
                 b.stele_log_wal()
                     .writer()
@@ -382,39 +374,15 @@ impl AsyncWal {
 
     /// See [`WalWriter::commit`].
     pub async fn commit(&self, op: u16, payload: &[u8]) -> Result<LogSeq, WalError> {
-        match &*self.wal.inner {
-            Inner::Async(s) => {
-                s.request(|reply| Request::Commit {
-                    op,
-                    payload: payload.to_vec(),
-                    reply,
-                })
-                .await
-            }
-            _ => {
-                let payload = payload.to_vec();
-                self.blocking(move |w| w.commit(op, &payload)).await
-            }
-        }
+        self.commit_many(&[(op, payload)]).await.map(|r| r.start)
     }
 
     /// See [`WalWriter::commit_durable`]: once this resolves `Ok`, the record is durable as the
     /// policy says.
     pub async fn commit_durable(&self, op: u16, payload: &[u8]) -> Result<LogSeq, WalError> {
-        match &*self.wal.inner {
-            Inner::Async(s) => {
-                s.request(|reply| Request::CommitDurable {
-                    op,
-                    payload: payload.to_vec(),
-                    reply,
-                })
-                .await
-            }
-            _ => {
-                let payload = payload.to_vec();
-                self.blocking(move |w| w.commit_durable(op, &payload)).await
-            }
-        }
+        self.commit_many_durable(&[(op, payload)])
+            .await
+            .map(|r| r.start)
     }
 
     /// See [`WalWriter::commit_many`].
