@@ -26,6 +26,7 @@ pub(crate) mod bindings {
         imports: { default: trappable },
         with: {
             "stele:log/vfs.file": crate::vfs_import::HostFile,
+            "stele:log/vfs.file-lock": crate::vfs_import::HostLock,
         },
     });
 }

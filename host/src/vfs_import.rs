@@ -7,7 +7,7 @@
 
 use std::sync::Arc;
 
-use stele::vfs::{OpenMode, SyncKind, VfsError, VfsFile};
+use stele::vfs::{OpenMode, SyncKind, VfsError, VfsFile, VfsLock};
 use wasmtime::component::{Accessor, HasSelf, Resource};
 
 use crate::runtime::GuestState;
@@ -25,6 +25,11 @@ pub struct HostFile {
     file: Arc<dyn VfsFile>,
 }
 
+/// A lock a guest holds. Dropping the handle (or the instance) releases it.
+pub struct HostLock {
+    _lock: Box<dyn VfsLock>,
+}
+
 pub(crate) fn to_wit(err: VfsError) -> wit::VfsError {
     match err {
         VfsError::NotFound => wit::VfsError::NotFound,
@@ -35,6 +40,7 @@ pub(crate) fn to_wit(err: VfsError) -> wit::VfsError {
         VfsError::TooManyHandles => wit::VfsError::TooManyHandles,
         VfsError::InvalidInput(m) => wit::VfsError::InvalidInput(m),
         VfsError::Io(m) => wit::VfsError::Io(m),
+        VfsError::Locked(p) => wit::VfsError::Locked(p),
         other => wit::VfsError::Io(other.to_string()),
     }
 }
@@ -49,6 +55,7 @@ pub(crate) fn from_wit(err: wit::VfsError) -> VfsError {
         wit::VfsError::TooManyHandles => VfsError::TooManyHandles,
         wit::VfsError::InvalidInput(m) => VfsError::InvalidInput(m),
         wit::VfsError::Io(m) => VfsError::Io(m),
+        wit::VfsError::Locked(p) => VfsError::Locked(p),
     }
 }
 
@@ -70,6 +77,20 @@ impl wit::Host for GuestState {
                 let handle = self.table.push(HostFile {
                     file: Arc::from(file),
                 })?;
+                self.open_files += 1;
+                Ok(Ok(handle))
+            }
+            Err(e) => Ok(Err(to_wit(e))),
+        }
+    }
+
+    fn lock_exclusive(&mut self, path: String) -> Answer<Resource<HostLock>> {
+        if self.open_files >= self.open_files_max {
+            return Ok(Err(wit::VfsError::TooManyHandles));
+        }
+        match self.vfs.lock_exclusive(&path) {
+            Ok(lock) => {
+                let handle = self.table.push(HostLock { _lock: lock })?;
                 self.open_files += 1;
                 Ok(Ok(handle))
             }
@@ -143,6 +164,14 @@ impl wit::HostFile for GuestState {
 
     fn drop(&mut self, file: Resource<HostFile>) -> wasmtime::Result<()> {
         self.table.delete(file)?;
+        self.open_files -= 1;
+        Ok(())
+    }
+}
+
+impl wit::HostFileLock for GuestState {
+    fn drop(&mut self, lock: Resource<HostLock>) -> wasmtime::Result<()> {
+        self.table.delete(lock)?;
         self.open_files -= 1;
         Ok(())
     }

@@ -6,7 +6,7 @@ pub mod crash;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use stele::vfs::{OpenMode, SyncKind, Vfs, VfsError, VfsFile};
+use stele::vfs::{OpenMode, SyncKind, Vfs, VfsError, VfsFile, VfsLock};
 use stele_host::fs::RealFs;
 
 /// Prints a summary line that must reach CI's log: it writes to the process's stdout directly,
@@ -205,6 +205,9 @@ impl Vfs for FailingVfs {
     }
     fn list(&self, dir: &str) -> Result<Vec<String>, VfsError> {
         self.inner.list(dir)
+    }
+    fn lock_exclusive(&self, path: &str) -> Result<Box<dyn VfsLock>, VfsError> {
+        self.inner.lock_exclusive(path)
     }
 }
 

@@ -1,6 +1,6 @@
 //! [`WitVfs`]: the engine's `Vfs`, served by the host through the `stele:log/vfs` imports.
 
-use crate::vfs::{OpenMode, SyncKind, Vfs, VfsError, VfsFile};
+use crate::vfs::{OpenMode, SyncKind, Vfs, VfsError, VfsFile, VfsLock};
 
 use super::stele::log::vfs as wit;
 
@@ -17,6 +17,16 @@ pub struct WitFile(pub(crate) wit::File);
 unsafe impl Send for WitFile {}
 unsafe impl Sync for WitFile {}
 
+/// A lock held through the host; dropping the handle releases it.
+#[derive(Debug)]
+struct WitLock(#[allow(dead_code)] wit::FileLock);
+
+// SAFETY: as for `WitFile`.
+unsafe impl Send for WitLock {}
+unsafe impl Sync for WitLock {}
+
+impl VfsLock for WitLock {}
+
 pub(crate) fn from_wit(err: wit::VfsError) -> VfsError {
     match err {
         wit::VfsError::NotFound => VfsError::NotFound,
@@ -27,6 +37,7 @@ pub(crate) fn from_wit(err: wit::VfsError) -> VfsError {
         wit::VfsError::TooManyHandles => VfsError::TooManyHandles,
         wit::VfsError::InvalidInput(m) => VfsError::InvalidInput(m),
         wit::VfsError::Io(m) => VfsError::Io(m),
+        wit::VfsError::Locked(p) => VfsError::Locked(p),
     }
 }
 
@@ -40,6 +51,8 @@ pub(crate) fn to_wit(err: VfsError) -> wit::VfsError {
         VfsError::TooManyHandles => wit::VfsError::TooManyHandles,
         VfsError::InvalidInput(m) => wit::VfsError::InvalidInput(m),
         VfsError::Io(m) => wit::VfsError::Io(m),
+        VfsError::Locked(p) => wit::VfsError::Locked(p),
+        other => wit::VfsError::Io(other.to_string()),
     }
 }
 
@@ -113,5 +126,10 @@ impl Vfs for WitVfs {
 
     fn list(&self, dir: &str) -> Result<Vec<String>, VfsError> {
         wit::list_dir(dir).map_err(from_wit)
+    }
+
+    fn lock_exclusive(&self, path: &str) -> Result<Box<dyn VfsLock>, VfsError> {
+        let lock = wit::lock_exclusive(path).map_err(from_wit)?;
+        Ok(Box::new(WitLock(lock)))
     }
 }

@@ -1,21 +1,32 @@
 //! The journal: a session state (ordered key/value operations) persisted as an append-only file
 //! that is compacted to a snapshot from time to time.
 //!
-//! What this module owns so far: the op encoding ([`ops`]), the in-memory [`SessionState`] the
-//! ops fold into, [`encode_frames`] / [`snapshot_ops`], and recovery ([`replay`]). The writer
-//! (lazy header, append + fsync with rollback, compaction by temp file and rename) builds on
-//! these; see `../shared/reference/journal-writer-api.txt`.
+//! What this module owns: the op encoding ([`ops`]), the in-memory [`SessionState`] the ops fold
+//! into, [`encode_frames`] / [`snapshot_ops`], recovery ([`replay`]), the writer's state and I/O
+//! sequences ([`JournalFile`], one code path for every driver) and, natively, the tokio
+//! [`Writer`] of `../shared/reference/journal-writer-api.txt`.
 //!
 //! File layout: the 32-byte [`crate::header`] (family journal, version [`JOURNAL_VERSION`],
 //! family word 0), then one [`crate::frame`] per op. A zero-byte file is an empty journal: the
 //! writer writes the header lazily, with the first append, so a journal that is opened and never
 //! used stays zero bytes.
+//!
+//! What it promises: an acknowledged append survives any crash (its bytes, the header and the
+//! directory entry were synced before the acknowledgment); a compaction is atomic; one writer
+//! at a time holds a journal (the advisory lock `<path>.lock`, taken through
+//! [`crate::vfs::Vfs::lock_exclusive`]).
 
 pub mod ops;
 mod replay;
+#[cfg(not(target_arch = "wasm32"))]
+mod tokio_writer;
+mod writer;
 
-pub use ops::{JournalOp, SessionState, encode_frames, snapshot_ops};
-pub use replay::{JournalRecovery, replay};
+pub use ops::{JournalOp, JournalOpRef, SessionState, check_frames, encode_frames, snapshot_ops};
+pub use replay::{JournalRecovery, replay, replay_file};
+#[cfg(not(target_arch = "wasm32"))]
+pub use tokio_writer::Writer;
+pub use writer::{COMPACTING_SUFFIX, JournalFile, JournalIo, VfsIo};
 
 use crate::header::HeaderError;
 use crate::vfs::VfsError;
@@ -23,12 +34,19 @@ use crate::vfs::VfsError;
 /// The journal format version this build reads and writes.
 pub const JOURNAL_VERSION: u16 = 1;
 
-/// Why a journal could not be read.
+/// The advisory lock file that guards the journal at `path`.
+pub fn lock_path(path: &str) -> String {
+    format!("{path}.lock")
+}
+
+/// Why a journal call failed.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum JournalError {
     #[error(transparent)]
     Vfs(#[from] VfsError),
+    /// The header names another family, or a version this build does not write
+    /// ([`HeaderError::UnsupportedVersion`] names both).
     #[error("bad journal header: {0}")]
     BadHeader(#[from] HeaderError),
     /// The frame at `offset` is damaged but a valid frame follows at `valid_frame_at`.
@@ -37,4 +55,26 @@ pub enum JournalError {
     /// A frame with a valid checksum does not hold a well-formed op.
     #[error("malformed journal op at byte {offset}: {why}")]
     MalformedOp { offset: u64, why: &'static str },
+    /// Another writer holds the journal.
+    #[error("the journal is held by another writer (lock file {lock_path})")]
+    Locked { lock_path: String },
+    /// Bytes handed to `append` or `compact` are not whole op frames; nothing was written.
+    #[error("refused to write: byte {offset} of the buffer is not a whole op frame: {why}")]
+    MalformedAppend { offset: u64, why: &'static str },
+    /// An append's write or sync failed. The file was cut back to its length before the call
+    /// (`rolled_back`), or, if that failed too, the next append cuts it first.
+    #[error("append failed ({cause}); rolled back: {rolled_back}")]
+    AppendFailed { cause: VfsError, rolled_back: bool },
+    /// A compaction failed before its rename: the journal and the writer are unchanged.
+    #[error("compaction failed before replacing the journal ({cause}); nothing changed")]
+    CompactFailed { cause: VfsError },
+    /// A compaction replaced the journal, but the directory sync that makes the replacement
+    /// durable failed; the next append retries it before writing.
+    #[error("compaction replaced the journal but the directory sync failed ({cause})")]
+    CompactNotDurable { cause: VfsError },
+    /// The writer lost its file handle (a compaction could not reopen the journal after its
+    /// rename, or a blocking operation panicked); every call fails until the journal is
+    /// reopened.
+    #[error("the journal writer has no file handle: {why}")]
+    NoHandle { why: String },
 }

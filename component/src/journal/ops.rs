@@ -82,6 +82,28 @@ impl JournalOp {
 
     /// Decodes a frame body, or says why it is not a well-formed op.
     pub fn decode_body(body: &[u8]) -> Result<JournalOp, &'static str> {
+        Ok(match JournalOpRef::parse(body)? {
+            JournalOpRef::Set { key, value } => JournalOp::Set {
+                key: key.to_vec(),
+                value: value.to_vec(),
+            },
+            JournalOpRef::Delete { key } => JournalOp::Delete { key: key.to_vec() },
+            JournalOpRef::Clear => JournalOp::Clear,
+        })
+    }
+}
+
+/// A [`JournalOp`] borrowed from a frame body: what validation needs, without allocating.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum JournalOpRef<'a> {
+    Set { key: &'a [u8], value: &'a [u8] },
+    Delete { key: &'a [u8] },
+    Clear,
+}
+
+impl<'a> JournalOpRef<'a> {
+    /// Parses a frame body, or says why it is not a well-formed op.
+    pub fn parse(body: &'a [u8]) -> Result<JournalOpRef<'a>, &'static str> {
         fn take<'a>(rest: &mut &'a [u8]) -> Result<&'a [u8], &'static str> {
             let len_bytes = rest.get(..4).ok_or("length field cut short")?;
             let len = u32::from_le_bytes(len_bytes.try_into().expect("4 bytes")) as usize;
@@ -93,14 +115,14 @@ impl JournalOp {
         let (&tag, mut rest) = body.split_first().ok_or("empty op")?;
         let op = match tag {
             TAG_SET => {
-                let key = take(&mut rest)?.to_vec();
-                let value = take(&mut rest)?.to_vec();
-                JournalOp::Set { key, value }
+                let key = take(&mut rest)?;
+                let value = take(&mut rest)?;
+                JournalOpRef::Set { key, value }
             }
-            TAG_DELETE => JournalOp::Delete {
-                key: take(&mut rest)?.to_vec(),
+            TAG_DELETE => JournalOpRef::Delete {
+                key: take(&mut rest)?,
             },
-            TAG_CLEAR => JournalOp::Clear,
+            TAG_CLEAR => JournalOpRef::Clear,
             _ => return Err("unknown op tag"),
         };
         if rest.is_empty() {
@@ -109,6 +131,27 @@ impl JournalOp {
             Err("bytes after the op")
         }
     }
+}
+
+/// Checks that `bytes` are whole, well-formed op frames (what [`encode_frames`] makes) and
+/// counts them. The writer refuses anything else before it touches the file: bytes that did
+/// not frame would read back as a torn tail or corruption, and hide every later append.
+/// Pure: no allocation.
+pub fn check_frames(bytes: &[u8]) -> Result<u64, (u64, &'static str)> {
+    let mut at = 0;
+    let mut ops = 0;
+    while at < bytes.len() {
+        match frame::decode(&bytes[at..]) {
+            frame::Decoded::Frame { body } => {
+                JournalOpRef::parse(body).map_err(|why| (at as u64, why))?;
+                at += frame::FRAME_HEADER_BYTES + body.len();
+                ops += 1;
+            }
+            frame::Decoded::Incomplete { .. } => return Err((at as u64, "frame cut short")),
+            frame::Decoded::Invalid => return Err((at as u64, "bad frame length or checksum")),
+        }
+    }
+    Ok(ops)
 }
 
 /// Frames `ops` for appending (no file header: the writer adds it to an empty file).

@@ -4,9 +4,9 @@
 
 use crate::frame::{FrameReader, Next, ScanEnd};
 use crate::header::{Family, FileHeader, HEADER_BYTES};
-use crate::vfs::VfsFile;
+use crate::vfs::{OpenMode, SyncKind, Vfs, VfsError, VfsFile};
 
-use super::{JOURNAL_VERSION, JournalError, JournalOp};
+use super::{JOURNAL_VERSION, JournalError, JournalOp, lock_path};
 
 /// Where a journal's valid prefix ends.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -21,39 +21,99 @@ pub struct JournalRecovery {
     pub torn_tail: bool,
     /// Whether the file holds a header yet (a zero-byte file does not).
     pub has_header: bool,
+    /// Whether [`replay`] cut the torn tail off the file (it does unless a writer holds it).
+    pub tail_truncated: bool,
+}
+
+impl JournalRecovery {
+    /// What a missing or zero-byte journal recovers to.
+    pub fn empty() -> Self {
+        JournalRecovery {
+            ops: 0,
+            valid_end: 0,
+            file_len: 0,
+            torn_tail: false,
+            has_header: false,
+            tail_truncated: false,
+        }
+    }
 }
 
 /// Reads every op of the journal in `file`, in order, and where its valid prefix ends.
-pub fn replay(file: &dyn VfsFile) -> Result<(Vec<JournalOp>, JournalRecovery), JournalError> {
+/// Read-only: a torn tail is reported, not cut (see [`replay`] and the writer's open).
+pub fn replay_file(file: &dyn VfsFile) -> Result<(Vec<JournalOp>, JournalRecovery), JournalError> {
+    let mut ops = Vec::new();
+    let recovery = scan(file, |offset, body| {
+        ops.push(
+            JournalOp::decode_body(body)
+                .map_err(|why| JournalError::MalformedOp { offset, why })?,
+        );
+        Ok(())
+    })?;
+    Ok((ops, recovery))
+}
+
+/// Replays the journal at `path` (a missing file is an empty, clean journal) and cuts a torn
+/// tail, so that the file ends at the last whole op. The cut is made only if no writer holds
+/// the journal's lock (`<path>.lock`): a live writer's tail may be an append in progress, and
+/// it is the writer's to cut. [`JournalRecovery::tail_truncated`] says whether it happened.
+///
+/// Corruption followed by a valid op is refused with its offset ([`JournalError::Corrupt`]),
+/// and the file is left untouched.
+pub fn replay(
+    vfs: &dyn Vfs,
+    path: &str,
+) -> Result<(Vec<JournalOp>, JournalRecovery), JournalError> {
+    let file = match vfs.open(path, OpenMode::Existing) {
+        Ok(file) => file,
+        Err(VfsError::NotFound) => return Ok((Vec::new(), JournalRecovery::empty())),
+        Err(e) => return Err(e.into()),
+    };
+    let (ops, mut recovery) = replay_file(&*file)?;
+    if recovery.torn_tail {
+        match vfs.lock_exclusive(&lock_path(path)) {
+            Ok(_lock) => {
+                file.set_len(recovery.valid_end)?;
+                file.sync(SyncKind::Data)?;
+                recovery.tail_truncated = true;
+            }
+            Err(VfsError::Locked(_)) => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok((ops, recovery))
+}
+
+/// Walks the frames of the journal in `file`, handing each op body (with its offset) to
+/// `on_op`.
+pub(crate) fn scan(
+    file: &dyn VfsFile,
+    mut on_op: impl FnMut(u64, &[u8]) -> Result<(), JournalError>,
+) -> Result<JournalRecovery, JournalError> {
     let file_len = file.len()?;
     let mut recovery = JournalRecovery {
-        ops: 0,
-        valid_end: 0,
         file_len,
-        torn_tail: false,
-        has_header: false,
+        ..JournalRecovery::empty()
     };
     if file_len == 0 {
-        return Ok((Vec::new(), recovery));
+        return Ok(recovery);
     }
     if file_len < HEADER_BYTES as u64 {
         // The header is written with the first append and synced with it; a shorter file is
         // an append that crashed before its sync returned, and nothing in it was acknowledged.
         recovery.torn_tail = true;
-        return Ok((Vec::new(), recovery));
+        return Ok(recovery);
     }
     let mut header = [0u8; HEADER_BYTES];
     file.read_exact_at(0, &mut header)?;
     FileHeader::decode_expecting(&header, Family::Journal, JOURNAL_VERSION)?;
     recovery.has_header = true;
-    let mut ops = Vec::new();
     let mut frames = FrameReader::new(HEADER_BYTES as u64, file_len);
     loop {
         match frames.next_frame(file)? {
             Next::Frame { offset, body } => {
-                let op = JournalOp::decode_body(body)
-                    .map_err(|why| JournalError::MalformedOp { offset, why })?;
-                ops.push(op);
+                on_op(offset, body)?;
+                recovery.ops += 1;
             }
             Next::End(ScanEnd::Clean { end }) => {
                 recovery.valid_end = end;
@@ -75,8 +135,7 @@ pub fn replay(file: &dyn VfsFile) -> Result<(Vec<JournalOp>, JournalRecovery), J
             }
         }
     }
-    recovery.ops = ops.len() as u64;
-    Ok((ops, recovery))
+    Ok(recovery)
 }
 
 #[cfg(test)]
@@ -84,7 +143,7 @@ mod tests {
     use super::*;
     use crate::header::HeaderError;
     use crate::journal::encode_frames;
-    use crate::vfs::{MemVfs, OpenMode, Vfs};
+    use crate::vfs::MemVfs;
 
     fn journal(ops: &[JournalOp]) -> Vec<u8> {
         let mut bytes = FileHeader {
@@ -101,7 +160,7 @@ mod tests {
     fn run(bytes: Vec<u8>) -> Result<(Vec<JournalOp>, JournalRecovery), JournalError> {
         let vfs = MemVfs::new();
         vfs.set_contents("j", bytes);
-        replay(&*vfs.open("j", OpenMode::Existing).unwrap())
+        replay_file(&*vfs.open("j", OpenMode::Existing).unwrap())
     }
 
     fn ops() -> Vec<JournalOp> {

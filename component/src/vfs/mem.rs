@@ -2,11 +2,11 @@
 //! without a disk. It has no crash model: every write is immediately "durable". The
 //! fault-injecting filesystem that models power loss lives in the host crate.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
-use super::{OpenMode, SyncKind, Vfs, VfsError, VfsFile};
+use super::{OpenMode, SyncKind, Vfs, VfsError, VfsFile, VfsLock};
 
 type Contents = Arc<Mutex<Vec<u8>>>;
 
@@ -19,6 +19,8 @@ pub struct MemVfs {
 #[derive(Debug, Default)]
 struct MemInner {
     files: Mutex<BTreeMap<String, Contents>>,
+    /// Paths whose [`MemLock`] is alive.
+    locks: Mutex<BTreeSet<String>>,
     file_syncs: AtomicU64,
     dir_syncs: AtomicU64,
 }
@@ -146,5 +148,32 @@ impl Vfs for MemVfs {
     fn list(&self, dir: &str) -> Result<Vec<String>, VfsError> {
         let files = lock(&self.inner.files);
         Ok(super::child_names(files.keys().map(String::as_str), dir))
+    }
+
+    fn lock_exclusive(&self, path: &str) -> Result<Box<dyn VfsLock>, VfsError> {
+        // Like a real lock file, the file itself exists (and outlives the lock).
+        self.open(path, OpenMode::Create)?;
+        if !lock(&self.inner.locks).insert(path.to_owned()) {
+            return Err(VfsError::Locked(path.to_owned()));
+        }
+        Ok(Box::new(MemLock {
+            path: path.to_owned(),
+            inner: self.inner.clone(),
+        }))
+    }
+}
+
+/// A held [`MemVfs`] lock.
+#[derive(Debug)]
+struct MemLock {
+    path: String,
+    inner: Arc<MemInner>,
+}
+
+impl VfsLock for MemLock {}
+
+impl Drop for MemLock {
+    fn drop(&mut self) {
+        lock(&self.inner.locks).remove(&self.path);
     }
 }

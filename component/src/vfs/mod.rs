@@ -58,6 +58,10 @@ pub enum VfsError {
     TooManyHandles,
     #[error("invalid input: {0}")]
     InvalidInput(String),
+    /// [`Vfs::lock_exclusive`] found the lock held by another holder (in this process or,
+    /// on a real filesystem, in another).
+    #[error("{0} is locked by another writer")]
+    Locked(String),
     #[error("I/O error: {0}")]
     Io(String),
 }
@@ -109,6 +113,28 @@ pub trait VfsFile: Send + Sync + fmt::Debug {
     }
 }
 
+/// An exclusive advisory lock taken by [`Vfs::lock_exclusive`], released when dropped (and by
+/// the operating system when its process dies, on a real filesystem).
+pub trait VfsLock: Send + Sync + fmt::Debug {}
+
+impl<F: VfsFile + ?Sized> VfsFile for Box<F> {
+    fn len(&self) -> Result<u64, VfsError> {
+        (**self).len()
+    }
+    fn read_at(&self, offset: u64, buf: &mut [u8]) -> Result<usize, VfsError> {
+        (**self).read_at(offset, buf)
+    }
+    fn write_at(&self, offset: u64, data: &[u8]) -> Result<(), VfsError> {
+        (**self).write_at(offset, data)
+    }
+    fn set_len(&self, len: u64) -> Result<(), VfsError> {
+        (**self).set_len(len)
+    }
+    fn sync(&self, kind: SyncKind) -> Result<(), VfsError> {
+        (**self).sync(kind)
+    }
+}
+
 /// A namespace of files under one root.
 pub trait Vfs: Send + Sync + fmt::Debug {
     fn open(&self, path: &str, mode: OpenMode) -> Result<Box<dyn VfsFile>, VfsError>;
@@ -120,6 +146,10 @@ pub trait Vfs: Send + Sync + fmt::Debug {
     fn exists(&self, path: &str) -> Result<bool, VfsError>;
     /// Entry names in directory `dir`, sorted.
     fn list(&self, dir: &str) -> Result<Vec<String>, VfsError>;
+    /// Takes an exclusive advisory lock on the file `path`, creating it empty if missing, or
+    /// fails with [`VfsError::Locked`] without waiting. Advisory: it excludes only other
+    /// `lock_exclusive` callers, never a plain `open`.
+    fn lock_exclusive(&self, path: &str) -> Result<Box<dyn VfsLock>, VfsError>;
 }
 
 /// The entries of directory `dir` in a flat namespace of `/`-separated file paths (sorted

@@ -27,7 +27,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
-use stele::vfs::{OpenMode, SyncKind, Vfs, VfsError, VfsFile, child_names, parent_dir};
+use stele::vfs::{OpenMode, SyncKind, Vfs, VfsError, VfsFile, VfsLock, child_names, parent_dir};
 
 /// The granularity at which a crash may tear a write: the classic disk sector. A torn write
 /// keeps a prefix of the sectors it covers.
@@ -345,6 +345,9 @@ struct State {
     /// Snapshots of the model after each operation; `snapshots[0]` is the state when recording
     /// began.
     snapshots: Option<Vec<Model>>,
+    /// Paths locked by a live [`FaultLock`]. Process state, not disk state: a crashed
+    /// filesystem starts with none, as a real kernel drops a dead process's locks.
+    locks: std::collections::BTreeSet<String>,
 }
 
 impl State {
@@ -707,6 +710,33 @@ impl Vfs for FaultFs {
             state.model.live_names.keys().map(String::as_str),
             dir,
         ))
+    }
+
+    fn lock_exclusive(&self, path: &str) -> Result<Box<dyn VfsLock>, VfsError> {
+        self.open(path, OpenMode::Create)?;
+        if !self.lock().locks.insert(path.to_owned()) {
+            return Err(VfsError::Locked(path.to_owned()));
+        }
+        Ok(Box::new(FaultLock {
+            state: self.state.clone(),
+            path: path.to_owned(),
+        }))
+    }
+}
+
+/// A held [`FaultFs`] lock.
+#[derive(Debug)]
+struct FaultLock {
+    state: Arc<Mutex<State>>,
+    path: String,
+}
+
+impl VfsLock for FaultLock {}
+
+impl Drop for FaultLock {
+    fn drop(&mut self) {
+        let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        state.locks.remove(&self.path);
     }
 }
 

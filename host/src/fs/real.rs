@@ -15,7 +15,7 @@ use std::sync::Arc;
 
 use cap_std::ambient_authority;
 use cap_std::fs::{Dir, OpenOptions};
-use stele::vfs::{OpenMode, SyncKind, Vfs, VfsError, VfsFile};
+use stele::vfs::{OpenMode, SyncKind, Vfs, VfsError, VfsFile, VfsLock};
 
 /// Longest path accepted, in bytes: Linux's `PATH_MAX`. Longer paths are refused before any
 /// system call, so the error is the same on every OS.
@@ -256,7 +256,34 @@ impl Vfs for RealFs {
         names.sort();
         Ok(names)
     }
+
+    fn lock_exclusive(&self, path: &str) -> Result<Box<dyn VfsLock>, VfsError> {
+        check_path(path, false)?;
+        let mut options = OpenOptions::new();
+        options.read(true).write(true).create(true);
+        let file = self
+            .root
+            .open_with(path, &options)
+            .map_err(|e| map_err(path, e))?
+            .into_std();
+        // flock(2) on Unix, LockFileEx on Windows: held per open file description, so a second
+        // holder is refused whether it is another process or this one, and the kernel releases
+        // the lock when the holder dies, so a crash never leaves a journal locked.
+        match file.try_lock() {
+            Ok(()) => Ok(Box::new(RealLock { _file: file })),
+            Err(std::fs::TryLockError::WouldBlock) => Err(VfsError::Locked(path.to_owned())),
+            Err(std::fs::TryLockError::Error(e)) => Err(map_err(path, e)),
+        }
+    }
 }
+
+/// A held [`RealFs`] lock: the open, locked lock file. Closing it releases the lock.
+#[derive(Debug)]
+struct RealLock {
+    _file: std::fs::File,
+}
+
+impl VfsLock for RealLock {}
 
 #[cfg(test)]
 mod tests {

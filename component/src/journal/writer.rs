@@ -1,0 +1,470 @@
+//! [`JournalFile`]: the journal writer's state and its I/O sequences, written once for every
+//! driver.
+//!
+//! The methods are `async` over [`JournalIo`], whose waiting calls (write, sync, directory
+//! sync) are futures. Over a [`Vfs`] ([`VfsIo`]) those futures are ready at once, so the
+//! `*_blocking` methods run the same code synchronously: that is what tokio's blocking pool
+//! runs ([`super::Writer`]) and what the plain component exports. The async component awaits
+//! its `vfs-async` imports through the same methods.
+//!
+//! The invariants, whatever fails:
+//! - the file ends at a whole op, `clean_end`, before and after every call that returns: a
+//!   failed append is cut back to it, and if the cut itself fails, the next append cuts first;
+//! - an append is acknowledged only after its bytes, the header before them and the directory
+//!   entry that names the file are all durable;
+//! - a compaction either leaves the journal and the writer as they were, or replaces both.
+
+use std::future::Future;
+use std::pin::pin;
+use std::sync::Arc;
+use std::task::{Context, Poll, Waker};
+
+use crate::header::{Family, FileHeader, HEADER_BYTES};
+use crate::vfs::{OpenMode, SyncKind, Vfs, VfsError, VfsFile, VfsLock, parent_dir};
+
+use super::ops::check_frames;
+use super::replay::scan;
+use super::{JOURNAL_VERSION, JournalError, lock_path};
+
+/// The storage calls a [`JournalFile`] makes. The ones that wait on the device are futures, so
+/// an async driver can let other work run meanwhile; the rest are rare (open, compaction) or
+/// cheap, and stay synchronous.
+pub trait JournalIo {
+    type File: VfsFile;
+    fn open(&self, path: &str, mode: OpenMode) -> Result<Self::File, VfsError>;
+    fn rename(&self, from: &str, to: &str) -> Result<(), VfsError>;
+    fn remove(&self, path: &str) -> Result<(), VfsError>;
+    fn lock_exclusive(&self, path: &str) -> Result<Box<dyn VfsLock>, VfsError>;
+    fn write_at(
+        &self,
+        file: &Self::File,
+        offset: u64,
+        data: &[u8],
+    ) -> impl Future<Output = Result<(), VfsError>>;
+    fn sync(&self, file: &Self::File, kind: SyncKind)
+    -> impl Future<Output = Result<(), VfsError>>;
+    fn sync_dir(&self, dir: &str) -> impl Future<Output = Result<(), VfsError>>;
+}
+
+/// [`JournalIo`] over any [`Vfs`]: every future is ready when it is created.
+#[derive(Clone, Debug)]
+pub struct VfsIo(pub Arc<dyn Vfs>);
+
+impl JournalIo for VfsIo {
+    type File = Box<dyn VfsFile>;
+    fn open(&self, path: &str, mode: OpenMode) -> Result<Self::File, VfsError> {
+        self.0.open(path, mode)
+    }
+    fn rename(&self, from: &str, to: &str) -> Result<(), VfsError> {
+        self.0.rename(from, to)
+    }
+    fn remove(&self, path: &str) -> Result<(), VfsError> {
+        self.0.remove(path)
+    }
+    fn lock_exclusive(&self, path: &str) -> Result<Box<dyn VfsLock>, VfsError> {
+        self.0.lock_exclusive(path)
+    }
+    fn write_at(
+        &self,
+        file: &Self::File,
+        offset: u64,
+        data: &[u8],
+    ) -> impl Future<Output = Result<(), VfsError>> {
+        std::future::ready(file.write_at(offset, data))
+    }
+    fn sync(
+        &self,
+        file: &Self::File,
+        kind: SyncKind,
+    ) -> impl Future<Output = Result<(), VfsError>> {
+        std::future::ready(file.sync(kind))
+    }
+    fn sync_dir(&self, dir: &str) -> impl Future<Output = Result<(), VfsError>> {
+        std::future::ready(self.0.sync_dir(dir))
+    }
+}
+
+/// Runs a future built only from [`VfsIo`] calls, which never suspends, to its end.
+fn complete_now<F: Future>(future: F) -> F::Output {
+    match pin!(future).poll(&mut Context::from_waker(Waker::noop())) {
+        Poll::Ready(output) => output,
+        Poll::Pending => unreachable!("VfsIo futures are ready when created"),
+    }
+}
+
+/// The suffix of the file a compaction stages before renaming it over the journal. A stray one
+/// (a compaction that crashed before its rename) is never read, and the next compaction
+/// overwrites it.
+pub const COMPACTING_SUFFIX: &str = ".compacting";
+
+/// An open journal, held exclusively (its `<path>.lock`) until dropped.
+#[derive(Debug)]
+pub struct JournalFile<Io: JournalIo> {
+    io: Io,
+    path: String,
+    /// `None` only after a compaction renamed the new journal into place but could not open it;
+    /// `lost` says why, and every later call is refused with it.
+    file: Option<Io::File>,
+    lost: Option<String>,
+    _lock: Box<dyn VfsLock>,
+    /// Where the last whole op ends: the file's length after every call that returns.
+    clean_end: u64,
+    /// Whether the file starts with its header. False while it is zero bytes: the header is
+    /// written with the first append, so a journal opened and never used stays zero bytes.
+    header_written: bool,
+    /// A failed append could not be cut back to `clean_end`. Writes land at `clean_end`, not
+    /// at the end of the file, but a shorter retry would leave the failed append's tail after
+    /// it, where recovery could read it back: the next append cuts first.
+    tail_dirty: bool,
+    /// The directory entry naming the file is not known to be durable (the file was created by
+    /// `open`, or a compaction's directory sync failed). The next append syncs the directory
+    /// before it writes, so nothing is acknowledged in a file that a crash could unname.
+    dir_sync_pending: bool,
+}
+
+impl<Io: JournalIo> JournalFile<Io> {
+    /// Opens (creating if missing) the journal at `path` for appending. Takes the advisory lock
+    /// `<path>.lock` first ([`JournalError::Locked`] if another writer holds it), refuses a
+    /// header of another family or version, and scans the ops: corruption followed by a valid
+    /// op is refused ([`JournalError::Corrupt`]); a torn tail is cut, and the cut is synced, so
+    /// appends start at a whole op.
+    pub async fn open(io: Io, path: &str) -> Result<Self, JournalError> {
+        let lock_path = lock_path(path);
+        let lock = io.lock_exclusive(&lock_path).map_err(|e| match e {
+            VfsError::Locked(_) => JournalError::Locked { lock_path },
+            other => JournalError::Vfs(other),
+        })?;
+        let (file, created) = match io.open(path, OpenMode::Existing) {
+            Ok(file) => (file, false),
+            Err(VfsError::NotFound) => (io.open(path, OpenMode::Create)?, true),
+            Err(e) => return Err(e.into()),
+        };
+        let recovery = scan(&file, |offset, body| {
+            super::JournalOpRef::parse(body)
+                .map(drop)
+                .map_err(|why| JournalError::MalformedOp { offset, why })
+        })?;
+        if recovery.torn_tail {
+            file.set_len(recovery.valid_end)?;
+            io.sync(&file, SyncKind::Data).await?;
+        }
+        Ok(JournalFile {
+            io,
+            path: path.to_owned(),
+            file: Some(file),
+            lost: None,
+            _lock: lock,
+            clean_end: recovery.valid_end,
+            header_written: recovery.has_header,
+            tail_dirty: false,
+            dir_sync_pending: created,
+        })
+    }
+
+    /// Appends `bytes` (whole op frames, as [`super::encode_frames`] makes them) and makes them
+    /// durable: when this returns `Ok`, the ops, the header before them (written with the first
+    /// append) and the file's directory entry have all been synced (`fdatasync`, and the
+    /// parent directory's fsync when the entry is new). Empty `bytes` write nothing.
+    ///
+    /// Refused before any I/O: bytes that are not whole, well-formed frames
+    /// ([`JournalError::MalformedAppend`]). A write or sync failure is rolled back: the file is
+    /// cut to its length before the call, and [`JournalError::AppendFailed`] says whether the
+    /// cut succeeded (if not, the next append makes it first). None of the failed append's ops
+    /// are acknowledged; a retry writes them again at the same offset.
+    pub async fn append(&mut self, bytes: &[u8]) -> Result<(), JournalError> {
+        self.handle()?;
+        check_frames(bytes)
+            .map_err(|(offset, why)| JournalError::MalformedAppend { offset, why })?;
+        if bytes.is_empty() {
+            return Ok(());
+        }
+        let file = self.file.as_ref().expect("checked by handle()");
+        if self.dir_sync_pending {
+            self.io
+                .sync_dir(parent_dir(&self.path))
+                .await
+                .map_err(|cause| JournalError::AppendFailed {
+                    cause,
+                    rolled_back: true,
+                })?;
+            self.dir_sync_pending = false;
+        }
+        if self.tail_dirty {
+            file.set_len(self.clean_end)
+                .map_err(|cause| JournalError::AppendFailed {
+                    cause,
+                    rolled_back: false,
+                })?;
+            self.tail_dirty = false;
+        }
+        let start = self.clean_end;
+        let mut result = Ok(());
+        let mut data_at = start;
+        if !self.header_written {
+            result = self.io.write_at(file, 0, &journal_header()).await;
+            data_at = HEADER_BYTES as u64;
+        }
+        if result.is_ok() {
+            result = self.io.write_at(file, data_at, bytes).await;
+        }
+        if result.is_ok() {
+            result = self.io.sync(file, SyncKind::Data).await;
+        }
+        match result {
+            Ok(()) => {
+                self.clean_end = data_at + bytes.len() as u64;
+                self.header_written = true;
+                Ok(())
+            }
+            Err(cause) => {
+                // The cut needs no sync of its own: until the next successful append's sync,
+                // a crash may keep bytes past `start`, but they are the unacknowledged ops of
+                // this call, which recovery either reads whole or cuts as a torn tail.
+                let rolled_back = file.set_len(start).is_ok();
+                self.tail_dirty = !rolled_back;
+                Err(JournalError::AppendFailed { cause, rolled_back })
+            }
+        }
+    }
+
+    /// Atomically replaces the journal with `snapshot` (whole op frames, as
+    /// `encode_frames(&snapshot_ops(&state))` makes them): writes the header (unless the
+    /// snapshot is empty, which leaves a zero-byte journal) and the snapshot to
+    /// `<path>.compacting`, fsyncs it, renames it over the journal, reopens it and fsyncs the
+    /// directory. A crash at any point leaves either the old journal or the new one, whole.
+    ///
+    /// Failures:
+    /// - before the rename ([`JournalError::CompactFailed`]): the old journal and this writer
+    ///   are untouched and usable; the staged file is removed if it can be;
+    /// - reopening after the rename ([`JournalError::NoHandle`]): the new journal is in place but
+    ///   this writer has no handle, and every later call returns `NoHandle`;
+    /// - the directory sync ([`JournalError::CompactNotDurable`]): the new journal is in place
+    ///   and this writer appends to it, but a crash may still bring back the old one until a
+    ///   directory sync succeeds; the next append retries it before writing.
+    pub async fn compact(&mut self, snapshot: &[u8]) -> Result<(), JournalError> {
+        self.handle()?;
+        check_frames(snapshot)
+            .map_err(|(offset, why)| JournalError::MalformedAppend { offset, why })?;
+        let staged = format!("{}{COMPACTING_SUFFIX}", self.path);
+        if let Err(cause) = self.stage(&staged, snapshot).await {
+            let _ = self.io.remove(&staged);
+            return Err(JournalError::CompactFailed { cause });
+        }
+        if let Err(cause) = self.io.rename(&staged, &self.path) {
+            let _ = self.io.remove(&staged);
+            return Err(JournalError::CompactFailed { cause });
+        }
+        // The old handle now names the replaced file: drop it before anything can use it.
+        self.file = None;
+        match self.io.open(&self.path, OpenMode::Existing) {
+            Ok(file) => self.file = Some(file),
+            Err(cause) => {
+                let why = format!("reopening {} after compaction failed: {cause}", self.path);
+                self.lost = Some(why.clone());
+                return Err(JournalError::NoHandle { why });
+            }
+        }
+        self.header_written = !snapshot.is_empty();
+        self.clean_end = if snapshot.is_empty() {
+            0
+        } else {
+            (HEADER_BYTES + snapshot.len()) as u64
+        };
+        self.tail_dirty = false;
+        self.dir_sync_pending = true;
+        self.io
+            .sync_dir(parent_dir(&self.path))
+            .await
+            .map_err(|cause| JournalError::CompactNotDurable { cause })?;
+        self.dir_sync_pending = false;
+        Ok(())
+    }
+
+    async fn stage(&self, staged: &str, snapshot: &[u8]) -> Result<(), VfsError> {
+        let file = self.io.open(staged, OpenMode::Truncate)?;
+        if !snapshot.is_empty() {
+            self.io.write_at(&file, 0, &journal_header()).await?;
+            self.io
+                .write_at(&file, HEADER_BYTES as u64, snapshot)
+                .await?;
+        }
+        // Full, not data: the staged file is new, and its length must be durable before the
+        // rename makes it the journal.
+        self.io.sync(&file, SyncKind::Full).await
+    }
+
+    fn handle(&self) -> Result<(), JournalError> {
+        match (&self.file, &self.lost) {
+            (Some(_), _) => Ok(()),
+            (None, why) => Err(JournalError::NoHandle {
+                why: why
+                    .clone()
+                    .unwrap_or_else(|| "the writer has no handle".into()),
+            }),
+        }
+    }
+
+    /// The journal's path.
+    pub fn path(&self) -> &str {
+        &self.path
+    }
+
+    /// The file's length: where the last whole op ends.
+    pub fn clean_end(&self) -> u64 {
+        self.clean_end
+    }
+
+    /// Whether the header has been written (false while the journal is zero bytes).
+    pub fn header_written(&self) -> bool {
+        self.header_written
+    }
+}
+
+impl JournalFile<VfsIo> {
+    /// [`JournalFile::open`] on the calling thread.
+    pub fn open_blocking(vfs: Arc<dyn Vfs>, path: &str) -> Result<Self, JournalError> {
+        complete_now(JournalFile::open(VfsIo(vfs), path))
+    }
+
+    /// [`JournalFile::append`] on the calling thread.
+    pub fn append_blocking(&mut self, bytes: &[u8]) -> Result<(), JournalError> {
+        complete_now(self.append(bytes))
+    }
+
+    /// [`JournalFile::compact`] on the calling thread.
+    pub fn compact_blocking(&mut self, snapshot: &[u8]) -> Result<(), JournalError> {
+        complete_now(self.compact(snapshot))
+    }
+}
+
+fn journal_header() -> [u8; HEADER_BYTES] {
+    FileHeader {
+        family: Family::Journal,
+        version: JOURNAL_VERSION,
+        family_word: 0,
+    }
+    .encode()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::journal::{JournalOp, SessionState, encode_frames, replay, snapshot_ops};
+    use crate::vfs::MemVfs;
+
+    fn set(k: &str, v: &str) -> JournalOp {
+        JournalOp::Set {
+            key: k.into(),
+            value: v.into(),
+        }
+    }
+
+    #[test]
+    fn lazy_header_append_compact_and_replay() {
+        let vfs = MemVfs::new();
+        let shared: Arc<dyn Vfs> = Arc::new(vfs.clone());
+        let mut journal = JournalFile::open_blocking(shared.clone(), "j").unwrap();
+        assert_eq!(
+            vfs.contents("j"),
+            Some(vec![]),
+            "opened, unused: zero bytes"
+        );
+        journal.append_blocking(&[]).unwrap();
+        assert_eq!(
+            vfs.contents("j"),
+            Some(vec![]),
+            "an empty append writes nothing"
+        );
+
+        let first = encode_frames(&[set("a", "1"), set("b", "2")]);
+        journal.append_blocking(&first).unwrap();
+        let second = encode_frames(&[JournalOp::Delete { key: b"a".to_vec() }]);
+        journal.append_blocking(&second).unwrap();
+        let bytes = vfs.contents("j").unwrap();
+        assert_eq!(&bytes[..8], b"STELElog");
+        assert_eq!(bytes.len(), HEADER_BYTES + first.len() + second.len());
+        assert_eq!(journal.clean_end(), bytes.len() as u64);
+
+        let (ops, recovery) = replay(&*shared, "j").unwrap();
+        assert_eq!(recovery.ops, 3);
+        let state = SessionState::fold(&ops);
+        assert_eq!(snapshot_ops(&state), vec![set("b", "2")]);
+
+        journal
+            .compact_blocking(&encode_frames(&snapshot_ops(&state)))
+            .unwrap();
+        assert!(!vfs.exists("j.compacting").unwrap());
+        let (ops, _) = replay(&*shared, "j").unwrap();
+        assert_eq!(ops, vec![set("b", "2")]);
+        journal.append_blocking(&first).unwrap();
+        let (ops, _) = replay(&*shared, "j").unwrap();
+        assert_eq!(ops.len(), 3, "appends continue after the snapshot");
+
+        journal.compact_blocking(&[]).unwrap();
+        assert_eq!(
+            vfs.contents("j"),
+            Some(vec![]),
+            "an empty snapshot is a zero-byte journal"
+        );
+    }
+
+    #[test]
+    fn second_writer_is_refused_until_the_first_drops() {
+        let shared: Arc<dyn Vfs> = Arc::new(MemVfs::new());
+        let first = JournalFile::open_blocking(shared.clone(), "j").unwrap();
+        let err = JournalFile::open_blocking(shared.clone(), "j").unwrap_err();
+        assert_eq!(
+            err,
+            JournalError::Locked {
+                lock_path: "j.lock".into()
+            }
+        );
+        drop(first);
+        JournalFile::open_blocking(shared, "j").unwrap();
+    }
+
+    #[test]
+    fn bytes_that_are_not_whole_frames_are_refused_before_any_write() {
+        let vfs = MemVfs::new();
+        let mut journal = JournalFile::open_blocking(Arc::new(vfs.clone()), "j").unwrap();
+        let good = encode_frames(&[set("a", "1")]);
+        let cut = &good[..good.len() - 1];
+        assert!(matches!(
+            journal.append_blocking(cut),
+            Err(JournalError::MalformedAppend { offset: 0, .. })
+        ));
+        assert!(matches!(
+            journal.append_blocking(b"garbage!garbage!"),
+            Err(JournalError::MalformedAppend { .. })
+        ));
+        assert!(matches!(
+            journal.compact_blocking(cut),
+            Err(JournalError::MalformedAppend { .. })
+        ));
+        assert_eq!(vfs.contents("j"), Some(vec![]));
+    }
+
+    #[test]
+    fn open_cuts_a_torn_tail_so_appends_start_at_a_whole_op() {
+        let vfs = MemVfs::new();
+        let shared: Arc<dyn Vfs> = Arc::new(vfs.clone());
+        let mut journal = JournalFile::open_blocking(shared.clone(), "j").unwrap();
+        journal
+            .append_blocking(&encode_frames(&[set("a", "1")]))
+            .unwrap();
+        drop(journal);
+        let mut bytes = vfs.contents("j").unwrap();
+        let whole = bytes.len();
+        bytes.extend_from_slice(&encode_frames(&[set("b", "2")])[..5]);
+        vfs.set_contents("j", bytes);
+        let mut journal = JournalFile::open_blocking(shared.clone(), "j").unwrap();
+        assert_eq!(journal.clean_end(), whole as u64);
+        assert_eq!(vfs.contents("j").unwrap().len(), whole);
+        journal
+            .append_blocking(&encode_frames(&[set("c", "3")]))
+            .unwrap();
+        let (ops, recovery) = replay(&*shared, "j").unwrap();
+        assert_eq!(ops, vec![set("a", "1"), set("c", "3")]);
+        assert!(!recovery.torn_tail);
+    }
+}
