@@ -182,3 +182,83 @@ pub(crate) mod plain {
 pub(crate) mod with_async {
     wal_conversions!(crate::runtime::bindings_async::exports::stele::log::wal);
 }
+
+/// Conversions for `stele:log/journal`, instantiated for each component build as the WAL's are.
+macro_rules! journal_conversions {
+    ($wit:path, $header:path) => {
+        use stele::journal::{JournalError, JournalOp, JournalRecovery};
+        use $wit as wit;
+
+        use crate::vfs_import::from_wit;
+
+        pub(crate) fn from_wit_journal_error(err: wit::JournalError) -> JournalError {
+            use wit::JournalError as E;
+            match err {
+                E::Vfs(e) => JournalError::Vfs(from_wit(e)),
+                E::BadHeader(h) => JournalError::BadHeader($header(h)),
+                E::Corrupt(c) => JournalError::Corrupt {
+                    offset: c.offset,
+                    valid_frame_at: c.valid_frame_at,
+                },
+                E::MalformedOp(m) => JournalError::MalformedOp {
+                    offset: m.offset,
+                    why: m.why,
+                },
+                E::Locked(lock_path) => JournalError::Locked { lock_path },
+                E::MalformedAppend(m) => JournalError::MalformedAppend {
+                    offset: m.offset,
+                    why: m.why,
+                },
+                E::AppendFailed(f) => JournalError::AppendFailed {
+                    cause: from_wit(f.cause),
+                    rolled_back: f.rolled_back,
+                },
+                E::CompactFailed(cause) => JournalError::CompactFailed {
+                    cause: from_wit(cause),
+                },
+                E::CompactNotDurable(cause) => JournalError::CompactNotDurable {
+                    cause: from_wit(cause),
+                },
+                E::NoHandle(why) => JournalError::NoHandle { why },
+            }
+        }
+
+        pub(crate) fn from_wit_journal_recovery(r: wit::JournalRecovery) -> JournalRecovery {
+            JournalRecovery {
+                ops: r.ops,
+                valid_end: r.valid_end,
+                file_len: r.file_len,
+                torn_tail: r.torn_tail,
+                has_header: r.has_header,
+                tail_truncated: r.tail_truncated,
+            }
+        }
+
+        pub(crate) fn from_wit_ops(ops: Vec<wit::JournalOp>) -> Vec<JournalOp> {
+            ops.into_iter()
+                .map(|op| match op {
+                    wit::JournalOp::Set(s) => JournalOp::Set {
+                        key: s.key,
+                        value: s.value,
+                    },
+                    wit::JournalOp::Delete(key) => JournalOp::Delete { key },
+                    wit::JournalOp::Clear => JournalOp::Clear,
+                })
+                .collect()
+        }
+    };
+}
+
+pub(crate) mod plain_journal {
+    journal_conversions!(
+        crate::runtime::bindings::exports::stele::log::journal,
+        crate::convert::plain::from_wit_header
+    );
+}
+
+pub(crate) mod async_journal {
+    journal_conversions!(
+        crate::runtime::bindings_async::exports::stele::log::journal,
+        crate::convert::with_async::from_wit_header
+    );
+}

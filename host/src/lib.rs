@@ -1,6 +1,7 @@
 //! `stele-host`: runs the Stele engine natively or sandboxed in its WebAssembly component.
 //!
 //! - [`Wal`]: the write-ahead log's typed API, the same in both [`Mode`]s.
+//! - [`Journal`]: the journal writer's tokio API, the same in both [`Mode`]s.
 //! - [`fs::RealFs`]: the real filesystem, confined to one root directory.
 //! - [`runtime`]: the wasmtime engine, the embedded component, per-instance limits.
 //!
@@ -19,11 +20,15 @@
 mod convert;
 pub mod fs;
 mod io_thread;
+mod journal;
 pub mod runtime;
 mod sandbox_async;
 mod vfs_import;
 mod wal;
 
+pub use journal::{
+    Journal, JournalError, replay_blocking as replay_journal_blocking, replay_journal,
+};
 pub use stele;
 pub use vfs_import::READ_BYTES_MAX;
 pub use wal::{AsyncWal, Wal, WalError, read_wal};

@@ -197,7 +197,19 @@ impl Runtime {
         Ok(self.new_store(vfs, limits, Some(io)))
     }
 
-    /// Instantiates the async component in `store` (made by [`Self::store_for_async`]).
+    /// A new store for the async component without an I/O thread: its async imports run
+    /// inline. For instances driven from a thread that may block (tokio's blocking pool), where
+    /// a hop to an I/O thread would only add latency.
+    pub(crate) fn store_for_async_inline(
+        &self,
+        vfs: Arc<dyn Vfs>,
+        limits: SandboxLimits,
+    ) -> Store<GuestState> {
+        self.new_store(vfs, limits, None)
+    }
+
+    /// Instantiates the async component in `store` (made by [`Self::store_for_async`] or
+    /// [`Self::store_for_async_inline`]).
     pub(crate) async fn instantiate_async_in(
         &self,
         store: &mut Store<GuestState>,

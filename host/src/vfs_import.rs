@@ -185,27 +185,37 @@ fn sync_kind(kind: wit::SyncKind) -> SyncKind {
     }
 }
 
+/// Runs an async import's blocking work: on the instance's I/O thread if it has one, so that
+/// the store keeps running the guest's other calls meanwhile; inline otherwise. Only instances
+/// driven from a thread that is there to block (the journal's, on tokio's blocking pool) have
+/// no I/O thread: a hop to another thread would only add a wake-up each way.
+async fn run_io<R: Send + 'static>(
+    io: Option<crate::io_thread::IoThread>,
+    work: impl FnOnce() -> R + Send + 'static,
+) -> wasmtime::Result<R> {
+    match io {
+        Some(io) => Ok(io.run(work).await?),
+        None => Ok(work()),
+    }
+}
+
 /// Takes what an async import needs out of the store: the file (shared) and the instance's I/O
-/// thread. Nothing is held across the await.
+/// thread, if any. Nothing is held across the await.
 fn file_and_io<T>(
     accessor: &Accessor<T, HasSelf<GuestState>>,
     file: &Resource<HostFile>,
-) -> wasmtime::Result<(Arc<dyn VfsFile>, crate::io_thread::IoThread)> {
+) -> wasmtime::Result<(Arc<dyn VfsFile>, Option<crate::io_thread::IoThread>)> {
     accessor.with(|mut access| {
         let state = access.get();
-        let io = state
-            .io
-            .clone()
-            .ok_or_else(|| wasmtime::format_err!("no I/O thread: not an async instance"))?;
-        Ok((state.table.get(file)?.file.clone(), io))
+        Ok((state.table.get(file)?.file.clone(), state.io.clone()))
     })
 }
 
 impl wit_async::Host for GuestState {}
 
-/// The async imports really suspend: the write or sync runs on the instance's I/O thread while
-/// the store runs the guest's other calls, which stage into the next group. (An import that
-/// completed on its first poll would serialize the calls: one record per sync.)
+/// The async imports really suspend when the instance has an I/O thread: the write or sync runs
+/// there while the store runs the guest's other calls, which stage into the next group. (An
+/// import that completed on its first poll would serialize the calls: one record per sync.)
 impl<T: Send + 'static> wit_async::HostWithStore<T> for HasSelf<GuestState> {
     fn write_at(
         accessor: &Accessor<T, Self>,
@@ -216,8 +226,7 @@ impl<T: Send + 'static> wit_async::HostWithStore<T> for HasSelf<GuestState> {
         let taken = file_and_io(accessor, &file);
         async move {
             let (file, io) = taken?;
-            Ok(io
-                .run(move || file.write_at(offset, &data))
+            Ok(run_io(io, move || file.write_at(offset, &data))
                 .await?
                 .map_err(to_wit))
         }
@@ -232,7 +241,7 @@ impl<T: Send + 'static> wit_async::HostWithStore<T> for HasSelf<GuestState> {
         async move {
             let (file, io) = taken?;
             let kind = sync_kind(kind);
-            Ok(io.run(move || file.sync(kind)).await?.map_err(to_wit))
+            Ok(run_io(io, move || file.sync(kind)).await?.map_err(to_wit))
         }
     }
 
@@ -240,14 +249,14 @@ impl<T: Send + 'static> wit_async::HostWithStore<T> for HasSelf<GuestState> {
         accessor: &Accessor<T, Self>,
         path: String,
     ) -> impl Future<Output = wasmtime::Result<Result<(), wit::VfsError>>> + Send {
-        let taken = accessor.with(|mut access| {
+        let (vfs, io) = accessor.with(|mut access| {
             let state = access.get();
-            state.io.clone().map(|io| (state.vfs.clone(), io))
+            (state.vfs.clone(), state.io.clone())
         });
         async move {
-            let (vfs, io) = taken
-                .ok_or_else(|| wasmtime::format_err!("no I/O thread: not an async instance"))?;
-            Ok(io.run(move || vfs.sync_dir(&path)).await?.map_err(to_wit))
+            Ok(run_io(io, move || vfs.sync_dir(&path))
+                .await?
+                .map_err(to_wit))
         }
     }
 }

@@ -52,7 +52,6 @@ pub(crate) fn to_wit(err: VfsError) -> wit::VfsError {
         VfsError::InvalidInput(m) => wit::VfsError::InvalidInput(m),
         VfsError::Io(m) => wit::VfsError::Io(m),
         VfsError::Locked(p) => wit::VfsError::Locked(p),
-        other => wit::VfsError::Io(other.to_string()),
     }
 }
 
@@ -87,25 +86,32 @@ impl VfsFile for WitFile {
     }
 
     fn sync(&self, kind: SyncKind) -> Result<(), VfsError> {
-        let kind = match kind {
-            SyncKind::Data => wit::SyncKind::Data,
-            SyncKind::Full => wit::SyncKind::Full,
-            SyncKind::Barrier => wit::SyncKind::Barrier,
-        };
-        self.0.sync(kind).map_err(from_wit)
+        self.0.sync(wit_sync_kind(kind)).map_err(from_wit)
+    }
+}
+
+/// Opens `path` through the import, as the concrete handle the async imports take.
+pub(crate) fn open_file(path: &str, mode: OpenMode) -> Result<WitFile, VfsError> {
+    let mode = match mode {
+        OpenMode::Existing => wit::OpenMode::Existing,
+        OpenMode::Create => wit::OpenMode::Create,
+        OpenMode::CreateNew => wit::OpenMode::CreateNew,
+        OpenMode::Truncate => wit::OpenMode::Truncate,
+    };
+    wit::open(path, mode).map(WitFile).map_err(from_wit)
+}
+
+pub(crate) fn wit_sync_kind(kind: SyncKind) -> wit::SyncKind {
+    match kind {
+        SyncKind::Data => wit::SyncKind::Data,
+        SyncKind::Full => wit::SyncKind::Full,
+        SyncKind::Barrier => wit::SyncKind::Barrier,
     }
 }
 
 impl Vfs for WitVfs {
     fn open(&self, path: &str, mode: OpenMode) -> Result<Box<dyn VfsFile>, VfsError> {
-        let mode = match mode {
-            OpenMode::Existing => wit::OpenMode::Existing,
-            OpenMode::Create => wit::OpenMode::Create,
-            OpenMode::CreateNew => wit::OpenMode::CreateNew,
-            OpenMode::Truncate => wit::OpenMode::Truncate,
-        };
-        let file = wit::open(path, mode).map_err(from_wit)?;
-        Ok(Box::new(WitFile(file)))
+        Ok(Box::new(open_file(path, mode)?))
     }
 
     fn rename(&self, from: &str, to: &str) -> Result<(), VfsError> {

@@ -75,7 +75,7 @@ pub(crate) fn write_error(err: WalWriteError) -> wit::WalError {
     }
 }
 
-fn header_error(err: HeaderError) -> wit::HeaderError {
+pub(crate) fn header_error(err: HeaderError) -> wit::HeaderError {
     match err {
         HeaderError::TooShort { len } => wit::HeaderError::TooShort(len),
         HeaderError::BadMagic => wit::HeaderError::BadMagic,

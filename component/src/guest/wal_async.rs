@@ -14,7 +14,7 @@ use std::cell::{Cell, RefCell};
 use std::future::poll_fn;
 use std::task::{Poll, Waker};
 
-use crate::vfs::{SyncKind, VfsError, VfsFile};
+use crate::vfs::{VfsError, VfsFile};
 use crate::wal::group_commit::{Group, GroupCommit, LeaderStep, Leadership, WaitState};
 use crate::wal::{LogSeq, SetupMode, WalWriteError, setup_log};
 
@@ -23,7 +23,7 @@ use super::exports::stele::log::wal as wal_types;
 use super::exports::stele::log::wal_async as wit;
 use super::stele::log::vfs as wit_vfs;
 use super::stele::log::vfs_async;
-use super::vfs::{WitFile, WitVfs, from_wit};
+use super::vfs::{WitFile, WitVfs, from_wit, wit_sync_kind};
 use super::wal::{
     batch, open_error, options, range, recovery, retire_error, retirement, stats, visible,
     write_error,
@@ -237,14 +237,6 @@ impl AsyncWriter {
         }
         self.wait_durable(range.end).await?;
         Ok(range)
-    }
-}
-
-fn wit_sync_kind(kind: SyncKind) -> wit_vfs::SyncKind {
-    match kind {
-        SyncKind::Data => wit_vfs::SyncKind::Data,
-        SyncKind::Full => wit_vfs::SyncKind::Full,
-        SyncKind::Barrier => wit_vfs::SyncKind::Barrier,
     }
 }
 

@@ -25,7 +25,7 @@ mod writer;
 pub use ops::{JournalOp, JournalOpRef, SessionState, check_frames, encode_frames, snapshot_ops};
 pub use replay::{JournalRecovery, replay, replay_file};
 #[cfg(not(target_arch = "wasm32"))]
-pub use tokio_writer::Writer;
+pub use tokio_writer::{BlockingJournal, Writer};
 pub use writer::{COMPACTING_SUFFIX, JournalFile, JournalIo, VfsIo};
 
 use crate::header::HeaderError;
@@ -54,13 +54,13 @@ pub enum JournalError {
     Corrupt { offset: u64, valid_frame_at: u64 },
     /// A frame with a valid checksum does not hold a well-formed op.
     #[error("malformed journal op at byte {offset}: {why}")]
-    MalformedOp { offset: u64, why: &'static str },
+    MalformedOp { offset: u64, why: String },
     /// Another writer holds the journal.
     #[error("the journal is held by another writer (lock file {lock_path})")]
     Locked { lock_path: String },
     /// Bytes handed to `append` or `compact` are not whole op frames; nothing was written.
     #[error("refused to write: byte {offset} of the buffer is not a whole op frame: {why}")]
-    MalformedAppend { offset: u64, why: &'static str },
+    MalformedAppend { offset: u64, why: String },
     /// An append's write or sync failed. The file was cut back to its length before the call
     /// (`rolled_back`), or, if that failed too, the next append cuts it first.
     #[error("append failed ({cause}); rolled back: {rolled_back}")]

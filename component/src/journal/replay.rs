@@ -45,8 +45,10 @@ pub fn replay_file(file: &dyn VfsFile) -> Result<(Vec<JournalOp>, JournalRecover
     let mut ops = Vec::new();
     let recovery = scan(file, |offset, body| {
         ops.push(
-            JournalOp::decode_body(body)
-                .map_err(|why| JournalError::MalformedOp { offset, why })?,
+            JournalOp::decode_body(body).map_err(|why| JournalError::MalformedOp {
+                offset,
+                why: why.into(),
+            })?,
         );
         Ok(())
     })?;

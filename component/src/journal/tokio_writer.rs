@@ -1,7 +1,10 @@
 //! [`Writer`]: the journal writer for tokio, as `../shared/reference/journal-writer-api.txt`
-//! specifies it. Each call moves the [`JournalFile`] (and the caller's buffer) to tokio's
-//! blocking pool, runs the synchronous I/O there, and takes both back, so the executor never
-//! blocks on a write or an fsync.
+//! specifies it. Each call moves the journal (and the caller's buffer) to tokio's blocking
+//! pool, runs the synchronous I/O there, and takes both back, so the executor never blocks on a
+//! write or an fsync.
+//!
+//! The journal it drives is any [`BlockingJournal`]: natively a [`JournalFile`] over a `Vfs`;
+//! the host crate plugs in the component, so every mode gets this same driver.
 
 use std::sync::Arc;
 
@@ -10,8 +13,35 @@ use tokio::task::JoinHandle;
 use super::{JournalError, JournalFile, VfsIo};
 use crate::vfs::Vfs;
 
-/// What a blocking operation hands back: the file, the buffer it borrowed, and its outcome.
-type Returned = (JournalFile<VfsIo>, Vec<u8>, Result<(), JournalError>);
+/// A journal whose calls block the calling thread until their I/O is done.
+pub trait BlockingJournal: Send + 'static {
+    type Error: std::fmt::Debug + Send + 'static;
+    fn append(&mut self, frames: &[u8]) -> Result<(), Self::Error>;
+    fn compact(&mut self, snapshot: &[u8]) -> Result<(), Self::Error>;
+    /// Where the last whole op ends (the file's length).
+    fn clean_end(&mut self) -> Result<u64, Self::Error>;
+    /// The error every call returns once a blocking operation panicked with the journal.
+    fn lost(why: String) -> Self::Error;
+}
+
+impl BlockingJournal for JournalFile<VfsIo> {
+    type Error = JournalError;
+    fn append(&mut self, frames: &[u8]) -> Result<(), JournalError> {
+        self.append_blocking(frames)
+    }
+    fn compact(&mut self, snapshot: &[u8]) -> Result<(), JournalError> {
+        self.compact_blocking(snapshot)
+    }
+    fn clean_end(&mut self) -> Result<u64, JournalError> {
+        Ok(JournalFile::clean_end(self))
+    }
+    fn lost(why: String) -> JournalError {
+        JournalError::NoHandle { why }
+    }
+}
+
+/// What a blocking operation hands back: the journal, the buffer it borrowed, and its outcome.
+type Returned<J> = (J, Vec<u8>, Result<(), <J as BlockingJournal>::Error>);
 
 /// Append-only writer for a journal file with compaction support.
 ///
@@ -19,22 +49,22 @@ type Returned = (JournalFile<VfsIo>, Vec<u8>, Result<(), JournalError>);
 /// not stop the operation, which runs to completion on the blocking pool; the next call waits
 /// for it and takes the handle back (the dropped call's buffer is freed, its outcome unseen).
 #[derive(Debug)]
-pub struct Writer {
+pub struct Writer<J: BlockingJournal = JournalFile<VfsIo>> {
     /// `None` only while a blocking operation owns the handle (`in_flight`), or permanently
-    /// after one panicked or after `compact` renamed the journal but could not reopen it (then
-    /// the `JournalFile` is kept and reports `NoHandle` itself).
-    file: Option<JournalFile<VfsIo>>,
+    /// after one panicked. (After `compact` renamed the journal but could not reopen it, the
+    /// `JournalFile` is kept and reports `NoHandle` itself.)
+    file: Option<J>,
     /// The blocking operation that owns the handle, if its caller stopped waiting.
-    in_flight: Option<JoinHandle<Returned>>,
+    in_flight: Option<JoinHandle<Returned<J>>>,
 }
 
-fn panicked(what: &str) -> JournalError {
-    JournalError::NoHandle {
-        why: format!("the blocking {what} panicked and took the file handle with it"),
-    }
+fn panicked<J: BlockingJournal>(what: &str) -> J::Error {
+    J::lost(format!(
+        "the blocking {what} panicked and took the file handle with it"
+    ))
 }
 
-impl Writer {
+impl Writer<JournalFile<VfsIo>> {
     /// Opens (or creates) the journal at `path` in `vfs` for appending; see
     /// [`JournalFile::open`]: it takes the advisory lock `<path>.lock` (a second writer, in
     /// this process or another, gets [`JournalError::Locked`]), refuses a header naming another
@@ -43,11 +73,18 @@ impl Writer {
         let path = path.into();
         let file = tokio::task::spawn_blocking(move || JournalFile::open_blocking(vfs, &path))
             .await
-            .map_err(|_| panicked("open"))??;
-        Ok(Writer {
-            file: Some(file),
+            .map_err(|_| panicked::<JournalFile<VfsIo>>("open"))??;
+        Ok(Writer::new(file))
+    }
+}
+
+impl<J: BlockingJournal> Writer<J> {
+    /// Drives an open journal.
+    pub fn new(journal: J) -> Self {
+        Writer {
+            file: Some(journal),
             in_flight: None,
-        })
+        }
     }
 
     /// Appends framed journal bytes (made by [`super::encode_frames`]) and fsyncs, writing the
@@ -59,12 +96,12 @@ impl Writer {
     /// afterwards, on success and on error alike (same pointer, same capacity), so the caller
     /// can clear, refill and reuse one allocation: the writer allocates nothing per append
     /// (tokio's `spawn_blocking` allocates its task).
-    pub async fn append(&mut self, buf: &mut Vec<u8>) -> Result<(), JournalError> {
+    pub async fn append(&mut self, buf: &mut Vec<u8>) -> Result<(), J::Error> {
         let mut file = self.take_file().await?;
         let bytes = std::mem::take(buf);
         let (file, bytes, result) = self
             .run(move || {
-                let result = file.append_blocking(&bytes);
+                let result = file.append(&bytes);
                 (file, bytes, result)
             })
             .await?;
@@ -76,11 +113,11 @@ impl Writer {
     /// Atomically replaces the journal with `snapshot`, a freshly framed encoding of the whole
     /// session state (`encode_frames(&snapshot_ops(&state))`); see [`JournalFile::compact`]
     /// for the staging, the rename, the directory sync and what each failure leaves.
-    pub async fn compact(&mut self, snapshot: Vec<u8>) -> Result<(), JournalError> {
+    pub async fn compact(&mut self, snapshot: Vec<u8>) -> Result<(), J::Error> {
         let mut file = self.take_file().await?;
         let (file, _, result) = self
             .run(move || {
-                let result = file.compact_blocking(&snapshot);
+                let result = file.compact(&snapshot);
                 (file, snapshot, result)
             })
             .await?;
@@ -88,35 +125,38 @@ impl Writer {
         result
     }
 
-    /// Where the last whole op ends (the file's length), once no operation is in flight.
-    pub fn clean_end(&self) -> Option<u64> {
-        self.file.as_ref().map(JournalFile::clean_end)
+    /// Where the last whole op ends (the file's length).
+    pub async fn clean_end(&mut self) -> Result<u64, J::Error> {
+        let mut file = self.take_file().await?;
+        let result = file.clean_end();
+        self.file = Some(file);
+        result
     }
 
     /// Runs `op` on the blocking pool. If the caller stops waiting, the handle stays in
     /// `in_flight` for the next call to collect.
     async fn run(
         &mut self,
-        op: impl FnOnce() -> Returned + Send + 'static,
-    ) -> Result<Returned, JournalError> {
+        op: impl FnOnce() -> Returned<J> + Send + 'static,
+    ) -> Result<Returned<J>, J::Error> {
         let task = self.in_flight.insert(tokio::task::spawn_blocking(op));
         let returned = task.await;
         self.in_flight = None;
-        returned.map_err(|_| panicked("journal operation"))
+        returned.map_err(|_| panicked::<J>("journal operation"))
     }
 
     /// Takes the file handle for a blocking operation, first collecting it from an operation
     /// whose caller stopped waiting; errors if a previous operation left the writer without
     /// one (only possible after a panic).
-    async fn take_file(&mut self) -> Result<JournalFile<VfsIo>, JournalError> {
+    async fn take_file(&mut self) -> Result<J, J::Error> {
         if let Some(task) = self.in_flight.as_mut() {
             let returned = task.await;
             self.in_flight = None;
-            let (file, _, _) = returned.map_err(|_| panicked("journal operation"))?;
+            let (file, _, _) = returned.map_err(|_| panicked::<J>("journal operation"))?;
             self.file = Some(file);
         }
         self.file
             .take()
-            .ok_or_else(|| panicked("journal operation"))
+            .ok_or_else(|| panicked::<J>("journal operation"))
     }
 }

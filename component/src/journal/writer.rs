@@ -142,7 +142,10 @@ impl<Io: JournalIo> JournalFile<Io> {
         let recovery = scan(&file, |offset, body| {
             super::JournalOpRef::parse(body)
                 .map(drop)
-                .map_err(|why| JournalError::MalformedOp { offset, why })
+                .map_err(|why| JournalError::MalformedOp {
+                    offset,
+                    why: why.into(),
+                })
         })?;
         if recovery.torn_tail {
             file.set_len(recovery.valid_end)?;
@@ -173,8 +176,10 @@ impl<Io: JournalIo> JournalFile<Io> {
     /// are acknowledged; a retry writes them again at the same offset.
     pub async fn append(&mut self, bytes: &[u8]) -> Result<(), JournalError> {
         self.handle()?;
-        check_frames(bytes)
-            .map_err(|(offset, why)| JournalError::MalformedAppend { offset, why })?;
+        check_frames(bytes).map_err(|(offset, why)| JournalError::MalformedAppend {
+            offset,
+            why: why.into(),
+        })?;
         if bytes.is_empty() {
             return Ok(());
         }
@@ -243,8 +248,10 @@ impl<Io: JournalIo> JournalFile<Io> {
     ///   directory sync succeeds; the next append retries it before writing.
     pub async fn compact(&mut self, snapshot: &[u8]) -> Result<(), JournalError> {
         self.handle()?;
-        check_frames(snapshot)
-            .map_err(|(offset, why)| JournalError::MalformedAppend { offset, why })?;
+        check_frames(snapshot).map_err(|(offset, why)| JournalError::MalformedAppend {
+            offset,
+            why: why.into(),
+        })?;
         let staged = format!("{}{COMPACTING_SUFFIX}", self.path);
         if let Err(cause) = self.stage(&staged, snapshot).await {
             let _ = self.io.remove(&staged);

@@ -613,6 +613,10 @@ impl Vfs for FaultFs {
             return Err(VfsError::InvalidPath(path.to_owned()));
         }
         let mut state = self.lock();
+        if let Some(e) = state.fault_for(OpKind::Open) {
+            state.record(OpKind::Open, path, 0, 0, true);
+            return Err(injected(e));
+        }
         let existing = state.model.live_names.get(path).copied();
         let result = match (existing, mode) {
             (Some(_), OpenMode::CreateNew) => Err(VfsError::AlreadyExists),

@@ -1,0 +1,309 @@
+//! [`Journal`]: the journal's tokio API, the same in every [`Mode`].
+//!
+//! Every mode runs under one driver, [`stele::journal::Writer`]: each call moves the journal
+//! and the caller's buffer to tokio's blocking pool and takes them back, so the executor never
+//! blocks on a write or an fsync, and `append` gives back the caller's own allocation.
+//! - [`Mode::Native`]: the engine's [`JournalFile`] over the caller's [`Vfs`].
+//! - [`Mode::Sandboxed`]: the async-ABI component's `journal-async` export, in a store of its
+//!   own; its `vfs-async` imports run inline on the blocking thread that drives the call.
+//! - [`Mode::SandboxedPlain`]: the plain component's `journal` export.
+//!
+//! Durability claims are the engine's ([`JournalFile::append`], [`JournalFile::compact`]);
+//! they hold in every mode, because the guest issues the same syncs through its imports.
+
+use std::sync::Arc;
+
+use stele::journal::{
+    BlockingJournal, JournalFile, JournalOp, JournalRecovery, VfsIo, Writer, replay,
+};
+use stele::vfs::Vfs;
+use wasmtime::Store;
+use wasmtime::component::ResourceAny;
+
+use crate::convert::{async_journal, plain_journal};
+use crate::runtime::{GuestState, Runtime, SandboxLimits, bindings, bindings_async};
+use crate::{Mode, SandboxError};
+
+/// Any error a [`Journal`] call can return: the engine's, in every mode, plus what only the
+/// sandbox can add.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum JournalError {
+    #[error(transparent)]
+    Journal(#[from] stele::journal::JournalError),
+    #[error(transparent)]
+    Sandbox(#[from] SandboxError),
+}
+
+/// A journal writer, native or sandboxed, with the API of
+/// `../shared/reference/journal-writer-api.txt`. One writer per journal: a second `open` of the
+/// same path (in this process or, on [`crate::fs::RealFs`], another) fails with
+/// [`stele::journal::JournalError::Locked`] until this one is dropped.
+#[derive(Debug)]
+pub struct Journal {
+    writer: Writer<HostJournal>,
+    mode: Mode,
+}
+
+impl Journal {
+    /// Opens (or creates) the journal at `path`; see [`JournalFile::open`].
+    pub async fn open(vfs: Arc<dyn Vfs>, path: &str, mode: Mode) -> Result<Journal, JournalError> {
+        let path = path.to_owned();
+        let journal = tokio::task::spawn_blocking(move || HostJournal::open(vfs, &path, mode))
+            .await
+            .map_err(|_| lost("open panicked"))??;
+        Ok(Journal {
+            writer: Writer::new(journal),
+            mode,
+        })
+    }
+
+    pub fn mode(&self) -> Mode {
+        self.mode
+    }
+
+    /// Appends whole op frames ([`stele::journal::encode_frames`]) and makes them durable; see
+    /// [`JournalFile::append`]. `buf` comes back with the same allocation and contents, on
+    /// success and on error alike.
+    pub async fn append(&mut self, buf: &mut Vec<u8>) -> Result<(), JournalError> {
+        self.writer.append(buf).await
+    }
+
+    /// Atomically replaces the journal with `snapshot`; see [`JournalFile::compact`].
+    pub async fn compact(&mut self, snapshot: Vec<u8>) -> Result<(), JournalError> {
+        self.writer.compact(snapshot).await
+    }
+
+    /// Where the last whole op ends (the file's length).
+    pub async fn clean_end(&mut self) -> Result<u64, JournalError> {
+        self.writer.clean_end().await
+    }
+}
+
+/// Every op of the journal at `path` and what recovery found; cuts a torn tail unless a writer
+/// holds the journal. See [`stele::journal::replay`].
+pub async fn replay_journal(
+    vfs: Arc<dyn Vfs>,
+    path: &str,
+    mode: Mode,
+) -> Result<(Vec<JournalOp>, JournalRecovery), JournalError> {
+    let path = path.to_owned();
+    tokio::task::spawn_blocking(move || replay_blocking(vfs, &path, mode))
+        .await
+        .map_err(|_| lost("replay panicked"))?
+}
+
+/// [`replay_journal`] on the calling thread.
+pub fn replay_blocking(
+    vfs: Arc<dyn Vfs>,
+    path: &str,
+    mode: Mode,
+) -> Result<(Vec<JournalOp>, JournalRecovery), JournalError> {
+    match mode {
+        Mode::Native => Ok(replay(&*vfs, path)?),
+        Mode::Sandboxed => {
+            let runtime = Runtime::get()?;
+            let mut store = runtime.store_for_async_inline(vfs, SandboxLimits::default());
+            let engine = futures::executor::block_on(runtime.instantiate_async_in(&mut store))?;
+            let api = engine.stele_log_journal_async();
+            let path = path.to_owned();
+            let answer = futures::executor::block_on(
+                store.run_concurrent(async |acc| api.call_replay(acc, path).await),
+            );
+            let (ops, recovery) =
+                flatten(answer)?.map_err(async_journal::from_wit_journal_error)?;
+            Ok((
+                async_journal::from_wit_ops(ops),
+                async_journal::from_wit_journal_recovery(recovery),
+            ))
+        }
+        Mode::SandboxedPlain => {
+            let (mut store, engine) = Runtime::get()?.instantiate(vfs, SandboxLimits::default())?;
+            let answer = engine.stele_log_journal().call_replay(&mut store, path);
+            let (ops, recovery) = answer
+                .map_err(trapped)?
+                .map_err(plain_journal::from_wit_journal_error)?;
+            Ok((
+                plain_journal::from_wit_ops(ops),
+                plain_journal::from_wit_journal_recovery(recovery),
+            ))
+        }
+    }
+}
+
+fn lost(why: &str) -> JournalError {
+    stele::journal::JournalError::NoHandle { why: why.into() }.into()
+}
+
+fn trapped(e: wasmtime::Error) -> SandboxError {
+    SandboxError::Trapped(format!("{e:#}"))
+}
+
+/// `run_concurrent` wraps the call's own result in the event loop's.
+fn flatten<R>(answer: wasmtime::Result<wasmtime::Result<R>>) -> Result<R, SandboxError> {
+    answer.and_then(|inner| inner).map_err(trapped)
+}
+
+/// The journal each mode drives, behind one blocking interface.
+#[derive(Debug)]
+pub(crate) enum HostJournal {
+    Native(JournalFile<VfsIo>),
+    Sandboxed(Box<GuestJournal>),
+}
+
+/// A journal writer inside a component instance of its own.
+pub(crate) struct GuestJournal {
+    store: Store<GuestState>,
+    instance: GuestInstance,
+    writer: ResourceAny,
+    /// Set by the first trap: the instance's state is then unknown, so every later call is
+    /// refused with the same message.
+    trapped: Option<String>,
+}
+
+// Both variants live in the boxed `GuestJournal`, so their size difference costs nothing.
+#[allow(clippy::large_enum_variant)]
+enum GuestInstance {
+    Async(bindings_async::EngineAsync),
+    Plain(bindings::Engine),
+}
+
+impl std::fmt::Debug for GuestJournal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("GuestJournal")
+            .field("trapped", &self.trapped)
+            .finish_non_exhaustive()
+    }
+}
+
+/// One journal call, as each build's bindings spell it.
+enum Call<'a> {
+    Append(&'a [u8]),
+    Compact(&'a [u8]),
+    CleanEnd,
+}
+
+impl HostJournal {
+    fn open(vfs: Arc<dyn Vfs>, path: &str, mode: Mode) -> Result<HostJournal, JournalError> {
+        let runtime = match mode {
+            Mode::Native => return Ok(HostJournal::Native(JournalFile::open_blocking(vfs, path)?)),
+            Mode::Sandboxed | Mode::SandboxedPlain => Runtime::get()?,
+        };
+        let guest = if mode == Mode::Sandboxed {
+            let mut store = runtime.store_for_async_inline(vfs, SandboxLimits::default());
+            let engine = futures::executor::block_on(runtime.instantiate_async_in(&mut store))?;
+            let api = engine.stele_log_journal_async().writer();
+            let path = path.to_owned();
+            let answer = futures::executor::block_on(
+                store.run_concurrent(async |acc| api.call_open(acc, path).await),
+            );
+            let writer = flatten(answer)?.map_err(async_journal::from_wit_journal_error)?;
+            GuestJournal {
+                store,
+                instance: GuestInstance::Async(engine),
+                writer,
+                trapped: None,
+            }
+        } else {
+            let (mut store, engine) = runtime.instantiate(vfs, SandboxLimits::default())?;
+            let writer = engine
+                .stele_log_journal()
+                .writer()
+                .call_open(&mut store, path)
+                .map_err(trapped)?
+                .map_err(plain_journal::from_wit_journal_error)?;
+            GuestJournal {
+                store,
+                instance: GuestInstance::Plain(engine),
+                writer,
+                trapped: None,
+            }
+        };
+        Ok(HostJournal::Sandboxed(Box::new(guest)))
+    }
+}
+
+impl GuestJournal {
+    /// Makes one call in the instance, turning a trap into a sticky [`SandboxError::Trapped`].
+    fn call(&mut self, call: Call<'_>) -> Result<u64, JournalError> {
+        if let Some(message) = &self.trapped {
+            return Err(SandboxError::Trapped(message.clone()).into());
+        }
+        let writer = self.writer;
+        let answer: Result<Result<u64, stele::journal::JournalError>, SandboxError> = match &self
+            .instance
+        {
+            GuestInstance::Async(engine) => {
+                let api = engine.stele_log_journal_async().writer();
+                let answer = futures::executor::block_on(self.store.run_concurrent(async |acc| {
+                    match call {
+                        Call::Append(frames) => api
+                            .call_append(acc, writer, frames.to_vec())
+                            .await
+                            .map(|r| r.map(|()| 0)),
+                        Call::Compact(snapshot) => api
+                            .call_compact(acc, writer, snapshot.to_vec())
+                            .await
+                            .map(|r| r.map(|()| 0)),
+                        Call::CleanEnd => api.call_clean_end(acc, writer).await.map(Ok),
+                    }
+                }));
+                flatten(answer).map(|r| r.map_err(async_journal::from_wit_journal_error))
+            }
+            GuestInstance::Plain(engine) => {
+                let api = engine.stele_log_journal().writer();
+                let store = &mut self.store;
+                let answer = match call {
+                    Call::Append(frames) => api
+                        .call_append(store, writer, frames)
+                        .map(|r| r.map(|()| 0)),
+                    Call::Compact(snapshot) => api
+                        .call_compact(store, writer, snapshot)
+                        .map(|r| r.map(|()| 0)),
+                    Call::CleanEnd => api.call_clean_end(store, writer).map(Ok),
+                };
+                answer
+                    .map(|r| r.map_err(plain_journal::from_wit_journal_error))
+                    .map_err(trapped)
+            }
+        };
+        match answer {
+            Ok(result) => Ok(result?),
+            Err(error) => {
+                if let SandboxError::Trapped(message) = &error {
+                    self.trapped = Some(message.clone());
+                }
+                Err(error.into())
+            }
+        }
+    }
+}
+
+impl BlockingJournal for HostJournal {
+    type Error = JournalError;
+
+    fn append(&mut self, frames: &[u8]) -> Result<(), JournalError> {
+        match self {
+            HostJournal::Native(file) => Ok(file.append_blocking(frames)?),
+            HostJournal::Sandboxed(guest) => guest.call(Call::Append(frames)).map(drop),
+        }
+    }
+
+    fn compact(&mut self, snapshot: &[u8]) -> Result<(), JournalError> {
+        match self {
+            HostJournal::Native(file) => Ok(file.compact_blocking(snapshot)?),
+            HostJournal::Sandboxed(guest) => guest.call(Call::Compact(snapshot)).map(drop),
+        }
+    }
+
+    fn clean_end(&mut self) -> Result<u64, JournalError> {
+        match self {
+            HostJournal::Native(file) => Ok(JournalFile::clean_end(file)),
+            HostJournal::Sandboxed(guest) => guest.call(Call::CleanEnd),
+        }
+    }
+
+    fn lost(why: String) -> JournalError {
+        stele::journal::JournalError::NoHandle { why }.into()
+    }
+}
