@@ -7,9 +7,10 @@ use std::time::Instant;
 
 use anyhow::{Context, Result, bail};
 use clap::{Parser, Subcommand};
+use stele::journal::{JournalOp, SessionState, encode_frames, snapshot_ops};
 use stele::wal::{DurabilityPolicy, RecoveryEnd, WalOptions};
 use stele_host::fs::RealFs;
-use stele_host::{Mode, Wal, read_wal};
+use stele_host::{Journal, Mode, Wal, read_wal, replay_journal};
 
 mod bench;
 
@@ -30,6 +31,9 @@ enum Command {
     /// Write-ahead log tools.
     #[command(subcommand)]
     Wal(WalCommand),
+    /// Journal tools: a session state kept as key/value ops, compacted to a snapshot.
+    #[command(subcommand)]
+    Journal(JournalCommand),
     /// Durable group-commit throughput: the disk's limit (raw write + fdatasync), then Stele
     /// native, sandboxed (threads and tokio tasks) and sandboxed-plain at each writer count, in
     /// one run, as a markdown table. Build with --release.
@@ -106,9 +110,70 @@ enum WalCommand {
     },
 }
 
+/// Where a command runs the engine.
+#[derive(Clone, Copy, Debug, clap::ValueEnum)]
+enum ModeArg {
+    /// The engine called directly.
+    Native,
+    /// Inside the async-ABI component.
+    Sandboxed,
+    /// Inside the plain WASI 0.2 component.
+    SandboxedPlain,
+}
+
+impl From<ModeArg> for Mode {
+    fn from(m: ModeArg) -> Mode {
+        match m {
+            ModeArg::Native => Mode::Native,
+            ModeArg::Sandboxed => Mode::Sandboxed,
+            ModeArg::SandboxedPlain => Mode::SandboxedPlain,
+        }
+    }
+}
+
+#[derive(Subcommand)]
+enum JournalCommand {
+    /// Print every op of a journal, the state they fold into, and how the valid prefix ends.
+    /// Read-only: a torn tail is reported, not cut.
+    Dump {
+        /// The journal file.
+        path: PathBuf,
+    },
+    /// Check a journal without changing it. Exit status: 0 clean, 1 torn tail (an append
+    /// that a crash cut short; the writer cuts it on open), 2 corrupt or unreadable.
+    Verify {
+        /// The journal file.
+        path: PathBuf,
+    },
+    /// Set KEY to VALUE durably: opens the journal as its writer (taking `PATH.lock`; fails
+    /// if another writer holds it), appends one op and fsyncs.
+    Set {
+        path: PathBuf,
+        key: String,
+        value: String,
+        #[arg(long, value_enum, default_value = "native")]
+        mode: ModeArg,
+    },
+    /// Delete KEY durably, as `set` does.
+    Delete {
+        path: PathBuf,
+        key: String,
+        #[arg(long, value_enum, default_value = "native")]
+        mode: ModeArg,
+    },
+    /// Rewrite the journal as the fewest ops that rebuild its state, atomically (staged at
+    /// `PATH.compacting`, fsynced, renamed over, directory fsynced). Takes the writer's lock.
+    Compact {
+        path: PathBuf,
+        #[arg(long, value_enum, default_value = "native")]
+        mode: ModeArg,
+    },
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
+        Command::Journal(command) => return journal_command(command),
         Command::Demo(args) => demo(args),
         Command::Wal(WalCommand::Dump { path, sandboxed }) => wal_dump(&path, sandboxed),
         Command::Bench {
@@ -150,6 +215,150 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+fn journal_command(command: JournalCommand) -> ExitCode {
+    let outcome = match command {
+        JournalCommand::Dump { path } => journal_dump(&path).map(|()| ExitCode::SUCCESS),
+        JournalCommand::Verify { path } => Ok(journal_verify(&path)),
+        JournalCommand::Set {
+            path,
+            key,
+            value,
+            mode,
+        } => journal_write(
+            &path,
+            mode.into(),
+            Some(JournalOp::Set {
+                key: key.into_bytes(),
+                value: value.into_bytes(),
+            }),
+        ),
+        JournalCommand::Delete { path, key, mode } => journal_write(
+            &path,
+            mode.into(),
+            Some(JournalOp::Delete {
+                key: key.into_bytes(),
+            }),
+        ),
+        JournalCommand::Compact { path, mode } => journal_write(&path, mode.into(), None),
+    };
+    outcome.unwrap_or_else(|err| {
+        eprintln!("stele: {err:#}");
+        ExitCode::FAILURE
+    })
+}
+
+fn open_read_only(path: &std::path::Path) -> Result<Box<dyn stele::vfs::VfsFile>> {
+    let (fs, name) = root_and_name(path)?;
+    stele::vfs::Vfs::open(&*fs, &name, stele::vfs::OpenMode::Existing)
+        .with_context(|| format!("{}", path.display()))
+}
+
+fn journal_dump(path: &std::path::Path) -> Result<()> {
+    let file = open_read_only(path)?;
+    let (ops, recovery) =
+        stele::journal::replay_file(&*file).with_context(|| format!("{}", path.display()))?;
+    for op in &ops {
+        match op {
+            JournalOp::Set { key, value } => println!(
+                "set {} = {} ({} B)",
+                String::from_utf8_lossy(key),
+                text_or_hex(value),
+                value.len()
+            ),
+            JournalOp::Delete { key } => println!("delete {}", String::from_utf8_lossy(key)),
+            JournalOp::Clear => println!("clear"),
+        }
+    }
+    let state = SessionState::fold(&ops);
+    println!("state: {} keys", state.entries.len());
+    for (key, value) in &state.entries {
+        println!(
+            "  {} = {}",
+            String::from_utf8_lossy(key),
+            text_or_hex(value)
+        );
+    }
+    println!(
+        "ops={} valid_end={} file_len={} torn_tail={}",
+        recovery.ops, recovery.valid_end, recovery.file_len, recovery.torn_tail
+    );
+    Ok(())
+}
+
+fn journal_verify(path: &std::path::Path) -> ExitCode {
+    let scanned = open_read_only(path).and_then(|file| {
+        stele::journal::replay_file(&*file).with_context(|| format!("{}", path.display()))
+    });
+    match scanned {
+        Ok((_, recovery)) if !recovery.torn_tail => {
+            println!(
+                "{}: clean, {} ops, {} bytes",
+                path.display(),
+                recovery.ops,
+                recovery.file_len
+            );
+            ExitCode::SUCCESS
+        }
+        Ok((_, recovery)) => {
+            println!(
+                "{}: torn tail at byte {} ({} ops before it; {} bytes after it are an unfinished append)",
+                path.display(),
+                recovery.valid_end,
+                recovery.ops,
+                recovery.file_len - recovery.valid_end
+            );
+            ExitCode::from(1)
+        }
+        Err(err) => {
+            println!("{}: {err:#}", path.display());
+            ExitCode::from(2)
+        }
+    }
+}
+
+/// Opens the journal as its writer, then appends `op`, or compacts when `op` is `None`.
+fn journal_write(path: &std::path::Path, mode: Mode, op: Option<JournalOp>) -> Result<ExitCode> {
+    let (fs, name) = root_and_name(path)?;
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("start tokio")?;
+    runtime.block_on(async {
+        let shown = path.display();
+        let mut journal = Journal::open(fs.clone(), &name, mode)
+            .await
+            .with_context(|| format!("{shown}"))?;
+        match op {
+            Some(op) => {
+                journal
+                    .append(&mut encode_frames(&[op]))
+                    .await
+                    .with_context(|| format!("{shown}"))?;
+                println!("{shown}: appended, durable ({})", mode.name());
+            }
+            None => {
+                let before = journal.clean_end().await?;
+                // The writer holds the lock, so this replay sees no append in progress.
+                let (ops, _) = replay_journal(fs.clone(), &name, mode)
+                    .await
+                    .with_context(|| format!("{shown}"))?;
+                let state = SessionState::fold(&ops);
+                journal
+                    .compact(encode_frames(&snapshot_ops(&state)))
+                    .await
+                    .with_context(|| format!("{shown}"))?;
+                let after = journal.clean_end().await?;
+                println!(
+                    "{shown}: compacted {} ops ({before} B) to {} keys ({after} B)",
+                    ops.len(),
+                    state.entries.len()
+                );
+            }
+        }
+        Ok(ExitCode::SUCCESS)
+    })
 }
 
 /// Splits a path into a Vfs root (its directory) and the file name inside it.
@@ -255,6 +464,14 @@ fn wal_soak(
         }
         Ok(())
     })
+}
+
+/// A value as quoted text when it is short printable UTF-8, else as a hex preview.
+fn text_or_hex(bytes: &[u8]) -> String {
+    match std::str::from_utf8(bytes) {
+        Ok(text) if text.len() <= 64 && !text.chars().any(char::is_control) => format!("{text:?}"),
+        _ => preview(bytes),
+    }
 }
 
 fn preview(bytes: &[u8]) -> String {
