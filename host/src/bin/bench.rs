@@ -16,6 +16,17 @@ pub struct BenchArgs {
     pub payload_bytes: usize,
     pub writers: Vec<usize>,
     pub json: Option<std::path::PathBuf>,
+    pub workloads: Vec<Workload>,
+    pub journal_appends: usize,
+}
+
+/// Which tables `stele bench` runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Workload {
+    /// Durable WAL commits at each writer count.
+    Wal,
+    /// Journal append latency, one writer, against tokio::fs write_all + sync_data.
+    Journal,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -182,6 +193,22 @@ fn stele(
 }
 
 pub fn run(dir: &Path, args: &BenchArgs) -> Result<()> {
+    let mut json = match &args.json {
+        Some(path) => {
+            Some(std::fs::File::create(path).with_context(|| format!("{}", path.display()))?)
+        }
+        None => None,
+    };
+    if args.workloads.contains(&Workload::Wal) {
+        wal_table(dir, args, json.as_mut())?;
+    }
+    if args.workloads.contains(&Workload::Journal) {
+        journal_table(dir, args, json.as_mut())?;
+    }
+    Ok(())
+}
+
+fn wal_table(dir: &Path, args: &BenchArgs, json: Option<&mut std::fs::File>) -> Result<()> {
     let payload = args.payload_bytes;
     let mut rows = Vec::new();
     let limit_records = args.records.min(2000);
@@ -229,8 +256,7 @@ pub fn run(dir: &Path, args: &BenchArgs) -> Result<()> {
             r.records_per_s() / limit_rps,
         );
     }
-    if let Some(path) = &args.json {
-        let mut out = std::fs::File::create(path).with_context(|| format!("{}", path.display()))?;
+    if let Some(out) = json {
         for r in &rows {
             writeln!(
                 out,
@@ -241,6 +267,139 @@ pub fn run(dir: &Path, args: &BenchArgs) -> Result<()> {
                 r.records_per_s(),
                 r.records_per_s() * payload as f64 / 1e6,
                 r.syncs as f64 / r.records as f64,
+                r.percentile(0.5),
+                r.percentile(0.99),
+            )?;
+        }
+    }
+    Ok(())
+}
+
+/// One system's journal appends: each is one `Set` op of `payload` value bytes, appended and
+/// made durable; the latency is the caller's, from the call to its return.
+enum JournalSystem {
+    TokioFs(tokio::fs::File),
+    Stele(stele_host::Journal),
+}
+
+impl JournalSystem {
+    fn name(&self) -> String {
+        match self {
+            JournalSystem::TokioFs(_) => "tokio::fs write_all + sync_data".into(),
+            JournalSystem::Stele(j) => format!("stele journal {}", j.mode().name()),
+        }
+    }
+
+    async fn append(&mut self, buf: &mut Vec<u8>) -> Result<()> {
+        use tokio::io::AsyncWriteExt;
+        match self {
+            JournalSystem::TokioFs(file) => {
+                file.write_all(buf).await?;
+                file.sync_data().await?;
+            }
+            JournalSystem::Stele(journal) => journal.append(buf).await?,
+        }
+        Ok(())
+    }
+}
+
+/// Journal append latency, one writer, the systems alternated in rounds so that they share
+/// the machine's noise. The peer is what the reference's callers did before: an appending
+/// `tokio::fs::File`, `write_all` then `sync_data`, the same bytes per append.
+fn journal_table(dir: &Path, args: &BenchArgs, json: Option<&mut std::fs::File>) -> Result<()> {
+    const ROUND: usize = 100;
+    let appends = args.journal_appends.max(ROUND);
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    let op = stele::journal::JournalOp::Set {
+        key: b"session/key".to_vec(),
+        value: vec![0x5a; args.payload_bytes],
+    };
+    let frames = stele::journal::encode_frames(std::slice::from_ref(&op));
+    let rows = rt.block_on(async {
+        let fs = Arc::new(RealFs::open_root(dir)?);
+        let mut systems = Vec::new();
+        let peer = dir.join("bench-tokio-fs.journal");
+        let _ = std::fs::remove_file(&peer);
+        systems.push(JournalSystem::TokioFs(
+            tokio::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(&peer)
+                .await?,
+        ));
+        for mode in Mode::ALL {
+            let name = format!("bench-{}.journal", mode.name());
+            let _ = std::fs::remove_file(dir.join(&name));
+            systems.push(JournalSystem::Stele(
+                stele_host::Journal::open(fs.clone(), &name, mode).await?,
+            ));
+        }
+        let mut latencies: Vec<Vec<f64>> = vec![Vec::with_capacity(appends); systems.len()];
+        let mut seconds = vec![0f64; systems.len()];
+        let mut buf = frames.clone();
+        for _ in 0..appends / ROUND {
+            for (k, system) in systems.iter_mut().enumerate() {
+                let started = Instant::now();
+                for _ in 0..ROUND {
+                    let t = Instant::now();
+                    system.append(&mut buf).await?;
+                    latencies[k].push(t.elapsed().as_secs_f64() * 1e6);
+                }
+                seconds[k] += started.elapsed().as_secs_f64();
+            }
+        }
+        let rows: Vec<Row> = systems
+            .iter()
+            .zip(latencies)
+            .zip(seconds)
+            .map(|((system, latencies_us), seconds)| Row {
+                system: system.name(),
+                mode: match system {
+                    JournalSystem::TokioFs(_) => "raw",
+                    JournalSystem::Stele(j) => j.mode().name(),
+                },
+                writers: 1,
+                records: latencies_us.len(),
+                seconds,
+                syncs: latencies_us.len() as u64,
+                latencies_us,
+            })
+            .collect();
+        Ok::<_, anyhow::Error>(rows)
+    })?;
+    let peer_p50 = rows[0].percentile(0.5);
+    let peer_rps = rows[0].records_per_s();
+    println!(
+        "\nJournal appends: one Set op of {} B value ({} B framed) per append, made durable, one \
+         writer, {appends} appends per system in rounds of {ROUND}; ratios against tokio::fs.\n",
+        args.payload_bytes,
+        frames.len()
+    );
+    println!("| system | appends/s | p50 µs | p99 µs | p50 × tokio::fs | appends/s × tokio::fs |");
+    println!("|---|---:|---:|---:|---:|---:|");
+    for r in &rows {
+        println!(
+            "| {} | {:.0} | {:.0} | {:.0} | {:.2} | {:.2} |",
+            r.system,
+            r.records_per_s(),
+            r.percentile(0.5),
+            r.percentile(0.99),
+            r.percentile(0.5) / peer_p50,
+            r.records_per_s() / peer_rps,
+        );
+    }
+    if let Some(out) = json {
+        for r in &rows {
+            writeln!(
+                out,
+                "{{\"workload\":\"journal-append\",\"system\":\"{}\",\"mode\":\"{}\",\"writers\":1,\"payload_bytes\":{},\"records_per_s\":{:.1},\"mb_per_s\":{:.3},\"fsyncs_per_record\":1.0,\"p50_us\":{:.1},\"p99_us\":{:.1}}}",
+                r.system,
+                r.mode,
+                args.payload_bytes,
+                r.records_per_s(),
+                r.records_per_s() * frames.len() as f64 / 1e6,
                 r.percentile(0.5),
                 r.percentile(0.99),
             )?;

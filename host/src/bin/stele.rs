@@ -36,7 +36,8 @@ enum Command {
     Journal(JournalCommand),
     /// Durable group-commit throughput: the disk's limit (raw write + fdatasync), then Stele
     /// native, sandboxed (threads and tokio tasks) and sandboxed-plain at each writer count, in
-    /// one run, as a markdown table. Build with --release.
+    /// one run, as a markdown table; then journal append latency against tokio::fs. Build with
+    /// --release.
     Bench {
         /// Directory on the disk to measure (default: a fresh temporary directory).
         #[arg(long)]
@@ -53,6 +54,12 @@ enum Command {
         /// Also write one JSON object per row to this file.
         #[arg(long)]
         json: Option<PathBuf>,
+        /// Which tables to run.
+        #[arg(long, value_enum, value_delimiter = ',', default_value = "wal,journal")]
+        workloads: Vec<bench::Workload>,
+        /// Journal appends per system.
+        #[arg(long, default_value_t = 2000)]
+        journal_appends: usize,
     },
 }
 
@@ -182,12 +189,16 @@ fn main() -> ExitCode {
             payload_bytes,
             writers,
             json,
+            workloads,
+            journal_appends,
         } => {
             let args = bench::BenchArgs {
                 records,
                 payload_bytes,
                 writers,
                 json,
+                workloads,
+                journal_appends,
             };
             match dir {
                 Some(dir) => std::fs::create_dir_all(&dir)
