@@ -38,21 +38,30 @@ fn assert_only_stele_storage(imports: &[String], stele_imports: &[&str]) {
 }
 
 #[test]
-fn plain_component_exports_wal_and_imports_only_vfs_and_std_wasi() {
-    let (imports, exports) = imports_exports(COMPONENT_WASM);
+fn plain_component_exports_wal_and_journal_and_imports_only_vfs_and_std_wasi() {
+    let (imports, mut exports) = imports_exports(COMPONENT_WASM);
     println!("plain imports: {imports:?}\nplain exports: {exports:?}");
-    assert_eq!(exports, vec!["stele:log/wal@0.1.0".to_owned()]);
+    exports.sort();
+    assert_eq!(
+        exports,
+        vec![
+            "stele:log/journal@0.1.0".to_owned(),
+            "stele:log/wal@0.1.0".to_owned()
+        ]
+    );
     assert_only_stele_storage(&imports, &["stele:log/vfs@0.1.0"]);
 }
 
 #[test]
-fn async_component_adds_wal_async_and_vfs_async() {
+fn async_component_adds_the_async_exports_and_vfs_async() {
     let (imports, mut exports) = imports_exports(COMPONENT_ASYNC_WASM);
     println!("async imports: {imports:?}\nasync exports: {exports:?}");
     exports.sort();
     assert_eq!(
         exports,
         vec![
+            "stele:log/journal-async@0.1.0".to_owned(),
+            "stele:log/journal@0.1.0".to_owned(),
             "stele:log/wal-async@0.1.0".to_owned(),
             "stele:log/wal@0.1.0".to_owned()
         ]
