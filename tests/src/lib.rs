@@ -1,6 +1,7 @@
 //! Shared helpers for the cross-crate suites: temporary confined roots, a Vfs that fails on
 //! cue, deterministic payloads, and a macro that runs one test body in both modes.
 
+pub mod alloc;
 pub mod crash;
 
 use std::sync::Arc;

@@ -3,56 +3,15 @@
 //! allocations per append are tokio's own task bookkeeping, small and independent of the
 //! payload: the caller's buffer travels to the blocking pool and back without a copy.
 
-use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 use stele::journal::{JournalFile, JournalOp, Writer, encode_frames};
 use stele::vfs::Vfs;
 use stele_tests::TempRoot;
-
-struct CountingAlloc;
-
-static TRACKING: AtomicBool = AtomicBool::new(false);
-static COUNT: AtomicUsize = AtomicUsize::new(0);
-static LARGEST: AtomicUsize = AtomicUsize::new(0);
-
-unsafe impl GlobalAlloc for CountingAlloc {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        if TRACKING.load(Ordering::Relaxed) {
-            COUNT.fetch_add(1, Ordering::Relaxed);
-            LARGEST.fetch_max(layout.size(), Ordering::Relaxed);
-        }
-        unsafe { System.alloc(layout) }
-    }
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        if TRACKING.load(Ordering::Relaxed) {
-            COUNT.fetch_add(1, Ordering::Relaxed);
-            LARGEST.fetch_max(new_size, Ordering::Relaxed);
-        }
-        unsafe { System.realloc(ptr, layout, new_size) }
-    }
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        unsafe { System.dealloc(ptr, layout) }
-    }
-}
+use stele_tests::alloc::{CountingAlloc, measure};
 
 #[global_allocator]
 static GLOBAL: CountingAlloc = CountingAlloc;
-
-/// Counts the allocations (and the largest) made on any thread while `work` runs.
-fn counted<R>(work: impl FnOnce() -> R) -> (R, usize, usize) {
-    COUNT.store(0, Ordering::SeqCst);
-    LARGEST.store(0, Ordering::SeqCst);
-    TRACKING.store(true, Ordering::SeqCst);
-    let result = work();
-    TRACKING.store(false, Ordering::SeqCst);
-    (
-        result,
-        COUNT.load(Ordering::SeqCst),
-        LARGEST.load(Ordering::SeqCst),
-    )
-}
 
 const APPENDS: usize = 200;
 
@@ -73,11 +32,12 @@ fn warm_appends_allocate_nothing_that_grows_with_the_payload() {
     // The engine's append, on this thread: exactly zero allocations once warm.
     let mut file = JournalFile::open_blocking(vfs.clone(), "engine.journal").unwrap();
     file.append_blocking(&frames).unwrap();
-    let ((), count, _) = counted(|| {
+    let ((), seen) = measure(|| {
         for _ in 0..APPENDS {
             file.append_blocking(&frames).unwrap();
         }
     });
+    let count = seen.count;
     assert_eq!(
         count, 0,
         "JournalFile::append allocated {count} times in {APPENDS} appends"
@@ -95,13 +55,14 @@ fn warm_appends_allocate_nothing_that_grows_with_the_payload() {
     let mut buf = frames.clone();
     runtime.block_on(writer.append(&mut buf)).unwrap();
     let (ptr, cap) = (buf.as_ptr(), buf.capacity());
-    let ((), count, largest) = counted(|| {
+    let ((), seen) = measure(|| {
         runtime.block_on(async {
             for _ in 0..APPENDS {
                 writer.append(&mut buf).await.unwrap();
             }
         })
     });
+    let (count, largest) = (seen.count, seen.largest);
     assert_eq!((buf.as_ptr(), buf.capacity()), (ptr, cap));
     stele_tests::ci_line(&format!(
         "journal-alloc: engine 0 allocations/append; tokio Writer {:.2} allocations/append, largest {largest} B (payload {} B)",

@@ -5,38 +5,10 @@
 //! must never allocate much beyond the bytes the file holds. `fuzz/` runs the same target under
 //! libFuzzer without a time bound.
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-
 use stele::vfs::{MemVfs, OpenMode, Vfs};
 use stele::wal::{DurabilityPolicy, LogSeq, WalOptions, WalWriter, replay};
+use stele_tests::alloc::{CountingAlloc, measure};
 use stele_tests::crash::SplitMix;
-
-/// Counts live heap bytes while `TRACKING` is on, and their peak.
-struct CountingAlloc;
-
-static TRACKING: AtomicBool = AtomicBool::new(false);
-static LIVE: AtomicUsize = AtomicUsize::new(0);
-static PEAK: AtomicUsize = AtomicUsize::new(0);
-
-unsafe impl GlobalAlloc for CountingAlloc {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        if TRACKING.load(Ordering::Relaxed) {
-            let live = LIVE.fetch_add(layout.size(), Ordering::Relaxed) + layout.size();
-            PEAK.fetch_max(live, Ordering::Relaxed);
-        }
-        unsafe { System.alloc(layout) }
-    }
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        if TRACKING.load(Ordering::Relaxed) {
-            LIVE.fetch_sub(
-                layout.size().min(LIVE.load(Ordering::Relaxed)),
-                Ordering::Relaxed,
-            );
-        }
-        unsafe { System.dealloc(ptr, layout) }
-    }
-}
 
 #[global_allocator]
 static GLOBAL: CountingAlloc = CountingAlloc;
@@ -125,17 +97,15 @@ fn replay_survives_a_seeded_corpus_of_mutated_logs() {
             vfs.set_contents("m", bytes.clone());
             let file = vfs.open("m", OpenMode::Existing).unwrap();
             let mut got: Vec<Rec> = Vec::new();
-            LIVE.store(0, Ordering::SeqCst);
-            PEAK.store(0, Ordering::SeqCst);
-            TRACKING.store(true, Ordering::SeqCst);
-            let result = replay(&*file, LogSeq(0), |r| {
-                got.push((r.seq.0, r.op, r.payload.to_vec()))
+            let (result, seen) = measure(|| {
+                replay(&*file, LogSeq(0), |r| {
+                    got.push((r.seq.0, r.op, r.payload.to_vec()))
+                })
             });
-            TRACKING.store(false, Ordering::SeqCst);
             // What replay itself held: its window, plus the copies this test keeps.
             let kept: usize =
                 got.iter().map(|r| r.2.capacity() + 64).sum::<usize>() + got.capacity() * 64;
-            let replay_peak = PEAK.load(Ordering::SeqCst).saturating_sub(kept);
+            let replay_peak = seen.peak_bytes.saturating_sub(kept);
             assert!(
                 replay_peak <= bytes.len() + 4096,
                 "replay of {} bytes allocated {replay_peak} bytes",
