@@ -177,10 +177,11 @@ pub fn snapshot_ops(state: &SessionState) -> Vec<JournalOp> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
-    fn set(k: &str, v: &str) -> JournalOp {
+    /// `Set { k: v }`, for the journal's unit tests.
+    pub(crate) fn set(k: &str, v: &str) -> JournalOp {
         JournalOp::Set {
             key: k.into(),
             value: v.into(),

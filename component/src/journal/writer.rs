@@ -356,15 +356,9 @@ fn journal_header() -> [u8; HEADER_BYTES] {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::journal::ops::tests::set;
     use crate::journal::{JournalOp, SessionState, encode_frames, replay, snapshot_ops};
     use crate::vfs::MemVfs;
-
-    fn set(k: &str, v: &str) -> JournalOp {
-        JournalOp::Set {
-            key: k.into(),
-            value: v.into(),
-        }
-    }
 
     #[test]
     fn lazy_header_append_compact_and_replay() {
