@@ -213,6 +213,10 @@ macro_rules! journal_conversions {
                     cause: from_wit(f.cause),
                     rolled_back: f.rolled_back,
                 },
+                E::AppendTooLarge(s) => JournalError::AppendTooLarge {
+                    bytes: usize::try_from(s.actual).unwrap_or(usize::MAX),
+                    max: usize::try_from(s.limit).unwrap_or(usize::MAX),
+                },
                 E::CompactFailed(cause) => JournalError::CompactFailed {
                     cause: from_wit(cause),
                 },

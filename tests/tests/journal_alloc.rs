@@ -15,11 +15,22 @@ static GLOBAL: CountingAlloc = CountingAlloc;
 
 const APPENDS: usize = 200;
 
+/// Three ops: the writer carries them in one batch frame (built in its reused scratch buffer),
+/// the path with the most to allocate.
 fn frames() -> Vec<u8> {
-    encode_frames(&[JournalOp::Set {
-        key: b"session/key".to_vec(),
-        value: vec![0x5a; 16 << 10],
-    }])
+    encode_frames(&[
+        JournalOp::Set {
+            key: b"session/key".to_vec(),
+            value: vec![0x5a; 16 << 10],
+        },
+        JournalOp::Delete {
+            key: b"old".to_vec(),
+        },
+        JournalOp::Set {
+            key: b"session/other".to_vec(),
+            value: vec![0xa5; 100],
+        },
+    ])
 }
 
 /// Both checks share the global counter, so they run in one test, one after the other.

@@ -2,8 +2,8 @@
 //! bytes to several sectors), compactions and reopens on the fault-injecting filesystem; at
 //! every operation boundary and under every crash plan there, recovery must
 //! - succeed (a crash never makes corruption),
-//! - give a state that holds every acknowledged append, plus at most a prefix of the ops of the
-//!   one append in flight,
+//! - give exactly the state before or after the last acknowledged operation, or after the one
+//!   in flight: never a mix of an append's ops, never an acknowledged op lost,
 //! - and accept a new append that survives a second crash.
 
 use std::sync::Arc;
@@ -35,20 +35,25 @@ struct JournalOracle {
 }
 
 impl JournalOracle {
-    /// The range of op counts a recovery at `boundary` may reflect: every acknowledged append,
-    /// and up to all of an append that had started.
-    fn allowed(&self, boundary: usize) -> (usize, usize) {
-        let mut low = 0;
-        let mut high = 0;
+    /// The op counts a recovery at `boundary` may reflect: the ops through the last append
+    /// acknowledged by then, or through the one in flight (whole appends only: an append is
+    /// atomic).
+    fn allowed(&self, boundary: usize) -> Vec<usize> {
+        let mut acknowledged = 0;
+        let mut started = 0;
         for &(start, acked, before, count) in &self.appends {
             if acked <= boundary {
-                low = before + count;
+                acknowledged = before + count;
             }
             if start < boundary {
-                high = before + count;
+                started = before + count;
             }
         }
-        (low, high)
+        let mut allowed = vec![acknowledged];
+        if started != acknowledged {
+            allowed.push(started);
+        }
+        allowed
     }
 }
 
@@ -142,10 +147,13 @@ fn check_recovery(
     let (ops, _) = replay_journal_blocking(vfs.clone(), PATH, mode)
         .map_err(|e| format!("recovery failed: {e}"))?;
     let state = SessionState::fold(&ops);
-    let (low, high) = oracle.allowed(boundary);
-    if !(low..=high).any(|n| SessionState::fold(&oracle.ops[..n]) == state) {
+    let allowed = oracle.allowed(boundary);
+    if !allowed
+        .iter()
+        .any(|&n| SessionState::fold(&oracle.ops[..n]) == state)
+    {
         return Err(format!(
-            "recovered state ({} keys from {} ops) is not the state after any of ops {low}..={high}: an acknowledged append was lost or an op invented",
+            "recovered state ({} keys from {} ops) is neither the state after {allowed:?} ops: an acknowledged append lost, half an append kept, or an op invented",
             state.entries.len(),
             ops.len()
         ));

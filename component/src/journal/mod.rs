@@ -26,7 +26,7 @@ pub use ops::{JournalOp, JournalOpRef, SessionState, check_frames, encode_frames
 pub use replay::{JournalRecovery, replay, replay_file};
 #[cfg(not(target_arch = "wasm32"))]
 pub use tokio_writer::{BlockingJournal, Writer};
-pub use writer::{COMPACTING_SUFFIX, JournalFile, JournalIo, VfsIo};
+pub use writer::{APPEND_BYTES_MAX, COMPACTING_SUFFIX, JournalFile, JournalIo, VfsIo};
 
 use crate::header::HeaderError;
 use crate::vfs::VfsError;
@@ -61,6 +61,9 @@ pub enum JournalError {
     /// Bytes handed to `append` or `compact` are not whole op frames; nothing was written.
     #[error("refused to write: byte {offset} of the buffer is not a whole op frame: {why}")]
     MalformedAppend { offset: u64, why: String },
+    /// A multi-op append larger than one frame can hold; nothing was written.
+    #[error("an append of {bytes} bytes exceeds the {max}-byte limit of one atomic append")]
+    AppendTooLarge { bytes: usize, max: usize },
     /// An append's write or sync failed. The file was cut back to its length before the call
     /// (`rolled_back`), or, if that failed too, the next append cuts it first.
     #[error("append failed ({cause}); rolled back: {rolled_back}")]

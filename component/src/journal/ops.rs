@@ -13,6 +13,13 @@
 //! ```
 //!
 //! An op is well formed when its lengths account for every byte of the body, exactly.
+//!
+//! An append of several ops is one frame, so that a crash keeps all of them or none: recovery
+//! never sees half an append. Its body is tag 4 (Batch) followed, for each op, by the op body's
+//! length (u32 LE) and the op body. The ops carry no frame headers of their own inside it: a
+//! torn batch must not hold anything that scans as a valid frame, or recovery would take the
+//! tear for corruption. The writer builds batches; callers only ever make plain op frames
+//! ([`encode_frames`]).
 
 use std::collections::BTreeMap;
 
@@ -21,6 +28,8 @@ use crate::frame;
 const TAG_SET: u8 = 1;
 const TAG_DELETE: u8 = 2;
 const TAG_CLEAR: u8 = 3;
+/// A frame that wraps the op frames of one multi-op append.
+pub(crate) const TAG_BATCH: u8 = 4;
 
 /// One change to the session state.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -82,14 +91,7 @@ impl JournalOp {
 
     /// Decodes a frame body, or says why it is not a well-formed op.
     pub fn decode_body(body: &[u8]) -> Result<JournalOp, &'static str> {
-        Ok(match JournalOpRef::parse(body)? {
-            JournalOpRef::Set { key, value } => JournalOp::Set {
-                key: key.to_vec(),
-                value: value.to_vec(),
-            },
-            JournalOpRef::Delete { key } => JournalOp::Delete { key: key.to_vec() },
-            JournalOpRef::Clear => JournalOp::Clear,
-        })
+        JournalOpRef::parse(body).map(JournalOpRef::to_owned)
     }
 }
 
@@ -102,6 +104,18 @@ pub enum JournalOpRef<'a> {
 }
 
 impl<'a> JournalOpRef<'a> {
+    /// The op, owning its bytes.
+    pub fn to_owned(self) -> JournalOp {
+        match self {
+            JournalOpRef::Set { key, value } => JournalOp::Set {
+                key: key.to_vec(),
+                value: value.to_vec(),
+            },
+            JournalOpRef::Delete { key } => JournalOp::Delete { key: key.to_vec() },
+            JournalOpRef::Clear => JournalOp::Clear,
+        }
+    }
+
     /// Parses a frame body, or says why it is not a well-formed op.
     pub fn parse(body: &'a [u8]) -> Result<JournalOpRef<'a>, &'static str> {
         fn take<'a>(rest: &mut &'a [u8]) -> Result<&'a [u8], &'static str> {
@@ -138,20 +152,98 @@ impl<'a> JournalOpRef<'a> {
 /// not frame would read back as a torn tail or corruption, and hide every later append.
 /// Pure: no allocation.
 pub fn check_frames(bytes: &[u8]) -> Result<u64, (u64, &'static str)> {
-    let mut at = 0;
     let mut ops = 0;
+    for_each_op_frame(bytes, |_| {
+        ops += 1;
+        Ok(())
+    })?;
+    Ok(ops)
+}
+
+/// Calls `on_op` with each op in `bytes`, a run of whole op frames; stops at the first frame
+/// that is not one, with its offset in `bytes`.
+fn for_each_op_frame<'a>(
+    bytes: &'a [u8],
+    mut on_op: impl FnMut(JournalOpRef<'a>) -> Result<(), &'static str>,
+) -> Result<(), (u64, &'static str)> {
+    let mut at = 0;
     while at < bytes.len() {
         match frame::decode(&bytes[at..]) {
             frame::Decoded::Frame { body } => {
-                JournalOpRef::parse(body).map_err(|why| (at as u64, why))?;
+                JournalOpRef::parse(body)
+                    .and_then(&mut on_op)
+                    .map_err(|why| (at as u64, why))?;
                 at += frame::FRAME_HEADER_BYTES + body.len();
-                ops += 1;
             }
             frame::Decoded::Incomplete { .. } => return Err((at as u64, "frame cut short")),
             frame::Decoded::Invalid => return Err((at as u64, "bad frame length or checksum")),
         }
     }
-    Ok(ops)
+    Ok(())
+}
+
+/// Calls `on_op` with each op a journal frame body holds: one op, or every op of a batch.
+/// Errors with why the body is not well formed; a bad batch is refused before any of its ops
+/// is reported, since it is all or nothing.
+pub(crate) fn for_each_op_in_body<'a>(
+    body: &'a [u8],
+    mut on_op: impl FnMut(JournalOpRef<'a>),
+) -> Result<(), &'static str> {
+    match body.split_first() {
+        Some((&TAG_BATCH, entries)) => {
+            batch_entries(entries, |_| Ok(()))?;
+            batch_entries(entries, |op| {
+                on_op(op);
+                Ok(())
+            })
+        }
+        _ => {
+            on_op(JournalOpRef::parse(body)?);
+            Ok(())
+        }
+    }
+}
+
+/// Walks a batch's entries (u32 LE length, op body), parsing each op.
+fn batch_entries<'a>(
+    mut entries: &'a [u8],
+    mut on_op: impl FnMut(JournalOpRef<'a>) -> Result<(), &'static str>,
+) -> Result<(), &'static str> {
+    if entries.is_empty() {
+        return Err("empty batch");
+    }
+    while !entries.is_empty() {
+        let len_bytes = entries.get(..4).ok_or("batch entry length cut short")?;
+        let len = u32::from_le_bytes(len_bytes.try_into().expect("4 bytes")) as usize;
+        // Bounded by the bytes present: a length beyond them is refused, not allocated.
+        let body = entries
+            .get(4..4 + len)
+            .ok_or("batch entry beyond the frame")?;
+        // A batch inside a batch is not an op: `parse` refuses its tag.
+        on_op(JournalOpRef::parse(body)?)?;
+        entries = &entries[4 + len..];
+    }
+    Ok(())
+}
+
+/// The body length of the batch frame that carries the op frames `frames` (`ops` of them):
+/// each frame's 8-byte header becomes a 4-byte length, plus the tag.
+pub(crate) fn batch_body_bytes(frames: &[u8], ops: u64) -> usize {
+    1 + frames.len() - (frame::FRAME_HEADER_BYTES - 4) * ops as usize
+}
+
+/// Appends to `out` the batch frame carrying the op frames `frames` (already checked by
+/// [`check_frames`]).
+pub(crate) fn push_batch_frame(out: &mut Vec<u8>, frames: &[u8]) {
+    frame::push_frame(out, |body| {
+        body.push(TAG_BATCH);
+        let mut at = 0;
+        while let frame::Decoded::Frame { body: op } = frame::decode(&frames[at..]) {
+            body.extend_from_slice(&(op.len() as u32).to_le_bytes());
+            body.extend_from_slice(op);
+            at += frame::FRAME_HEADER_BYTES + op.len();
+        }
+    });
 }
 
 /// Frames `ops` for appending (no file header: the writer adds it to an empty file).
@@ -224,6 +316,37 @@ pub(crate) mod tests {
             JournalOp::decode_body(&[2, 1, 0]),
             Err("length field cut short")
         );
+    }
+
+    #[test]
+    fn batches_are_whole_or_refused_and_never_nest() {
+        let frames = encode_frames(&[set("a", "1"), JournalOp::Clear]);
+        let mut out = Vec::new();
+        push_batch_frame(&mut out, &frames);
+        assert_eq!(
+            out.len() - frame::FRAME_HEADER_BYTES,
+            batch_body_bytes(&frames, 2)
+        );
+        let frame::Decoded::Frame { body } = frame::decode(&out) else {
+            panic!()
+        };
+        let mut ops = Vec::new();
+        for_each_op_in_body(body, |op| ops.push(op.to_owned())).unwrap();
+        assert_eq!(ops, vec![set("a", "1"), JournalOp::Clear]);
+
+        let mut seen = 0;
+        let cut = &body[..body.len() - 1];
+        assert!(for_each_op_in_body(cut, |_| seen += 1).is_err());
+        assert_eq!(seen, 0, "nothing of a bad batch is reported");
+        assert_eq!(
+            for_each_op_in_body(&[TAG_BATCH], |_| ()),
+            Err("empty batch")
+        );
+        let mut nested = vec![TAG_BATCH];
+        nested.extend(&(body.len() as u32).to_le_bytes());
+        nested.extend(body);
+        assert_eq!(for_each_op_in_body(&nested, |_| ()), Err("unknown op tag"));
+        assert!(check_frames(&out).is_err(), "callers cannot append a batch");
     }
 
     #[test]

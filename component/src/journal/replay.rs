@@ -6,6 +6,7 @@ use crate::frame::{FrameReader, Next, ScanEnd};
 use crate::header::{Family, FileHeader, HEADER_BYTES};
 use crate::vfs::{OpenMode, SyncKind, Vfs, VfsError, VfsFile};
 
+use super::ops::for_each_op_in_body;
 use super::{JOURNAL_VERSION, JournalError, JournalOp, lock_path};
 
 /// Where a journal's valid prefix ends.
@@ -44,13 +45,14 @@ impl JournalRecovery {
 pub fn replay_file(file: &dyn VfsFile) -> Result<(Vec<JournalOp>, JournalRecovery), JournalError> {
     let mut ops = Vec::new();
     let recovery = scan(file, |offset, body| {
-        ops.push(
-            JournalOp::decode_body(body).map_err(|why| JournalError::MalformedOp {
+        let before = ops.len();
+        for_each_op_in_body(body, |op| ops.push(op.to_owned())).map_err(|why| {
+            JournalError::MalformedOp {
                 offset,
                 why: why.into(),
-            })?,
-        );
-        Ok(())
+            }
+        })?;
+        Ok((ops.len() - before) as u64)
     })?;
     Ok((ops, recovery))
 }
@@ -86,11 +88,11 @@ pub fn replay(
     Ok((ops, recovery))
 }
 
-/// Walks the frames of the journal in `file`, handing each op body (with its offset) to
-/// `on_op`.
+/// Walks the frames of the journal in `file`, handing each frame body (with its offset) to
+/// `on_frame`, which answers how many ops it held.
 pub(crate) fn scan(
     file: &dyn VfsFile,
-    mut on_op: impl FnMut(u64, &[u8]) -> Result<(), JournalError>,
+    mut on_frame: impl FnMut(u64, &[u8]) -> Result<u64, JournalError>,
 ) -> Result<JournalRecovery, JournalError> {
     let file_len = file.len()?;
     let mut recovery = JournalRecovery {
@@ -113,10 +115,7 @@ pub(crate) fn scan(
     let mut frames = FrameReader::new(HEADER_BYTES as u64, file_len);
     loop {
         match frames.next_frame(file)? {
-            Next::Frame { offset, body } => {
-                on_op(offset, body)?;
-                recovery.ops += 1;
-            }
+            Next::Frame { offset, body } => recovery.ops += on_frame(offset, body)?,
             Next::End(ScanEnd::Clean { end }) => {
                 recovery.valid_end = end;
                 break;

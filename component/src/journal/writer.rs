@@ -19,10 +19,11 @@ use std::pin::pin;
 use std::sync::Arc;
 use std::task::{Context, Poll, Waker};
 
+use crate::frame;
 use crate::header::{Family, FileHeader, HEADER_BYTES};
 use crate::vfs::{OpenMode, SyncKind, Vfs, VfsError, VfsFile, VfsLock, parent_dir};
 
-use super::ops::check_frames;
+use super::ops::{batch_body_bytes, check_frames, for_each_op_in_body, push_batch_frame};
 use super::replay::scan;
 use super::{JOURNAL_VERSION, JournalError, lock_path};
 
@@ -92,6 +93,17 @@ fn complete_now<F: Future>(future: F) -> F::Output {
     }
 }
 
+/// The most bytes one multi-op append may carry (about; the exact bound is on the batch frame
+/// it becomes, which holds each op with a 4-byte length instead of its 8-byte frame header):
+/// its ops travel in one frame, so that a crash keeps all or none of them, and a frame body
+/// holds at most [`frame::BODY_BYTES_MAX`], the bound recovery enforces on every length it
+/// reads. A single op is bounded the same way by its own frame.
+pub const APPEND_BYTES_MAX: usize = frame::BODY_BYTES_MAX - 1;
+
+/// A batch scratch buffer grown beyond this is released after its append, so that one huge
+/// append does not pin its size for the writer's life. Batches up to it reuse the allocation.
+const BATCH_SCRATCH_KEEP_BYTES: usize = 4 << 20;
+
 /// The suffix of the file a compaction stages before renaming it over the journal. A stray one
 /// (a compaction that crashed before its rename) is never read, and the next compaction
 /// overwrites it.
@@ -120,6 +132,8 @@ pub struct JournalFile<Io: JournalIo> {
     /// `open`, or a compaction's directory sync failed). The next append syncs the directory
     /// before it writes, so nothing is acknowledged in a file that a crash could unname.
     dir_sync_pending: bool,
+    /// Where a multi-op append's batch frame is built; reused across appends.
+    batch_scratch: Vec<u8>,
 }
 
 impl<Io: JournalIo> JournalFile<Io> {
@@ -140,12 +154,12 @@ impl<Io: JournalIo> JournalFile<Io> {
             Err(e) => return Err(e.into()),
         };
         let recovery = scan(&file, |offset, body| {
-            super::JournalOpRef::parse(body)
-                .map(drop)
-                .map_err(|why| JournalError::MalformedOp {
-                    offset,
-                    why: why.into(),
-                })
+            let mut ops = 0;
+            for_each_op_in_body(body, |_| ops += 1).map_err(|why| JournalError::MalformedOp {
+                offset,
+                why: why.into(),
+            })?;
+            Ok(ops)
         })?;
         if recovery.torn_tail {
             file.set_len(recovery.valid_end)?;
@@ -161,6 +175,7 @@ impl<Io: JournalIo> JournalFile<Io> {
             header_written: recovery.has_header,
             tail_dirty: false,
             dir_sync_pending: created,
+            batch_scratch: Vec::new(),
         })
     }
 
@@ -169,6 +184,10 @@ impl<Io: JournalIo> JournalFile<Io> {
     /// append) and the file's directory entry have all been synced (`fdatasync`, and the
     /// parent directory's fsync when the entry is new). Empty `bytes` write nothing.
     ///
+    /// Atomic: after a crash, recovery sees all of the append's ops or none of them (several
+    /// ops are written as one batch frame; at most [`APPEND_BYTES_MAX`] bytes, else
+    /// [`JournalError::AppendTooLarge`]).
+    ///
     /// Refused before any I/O: bytes that are not whole, well-formed frames
     /// ([`JournalError::MalformedAppend`]). A write or sync failure is rolled back: the file is
     /// cut to its length before the call, and [`JournalError::AppendFailed`] says whether the
@@ -176,13 +195,29 @@ impl<Io: JournalIo> JournalFile<Io> {
     /// are acknowledged; a retry writes them again at the same offset.
     pub async fn append(&mut self, bytes: &[u8]) -> Result<(), JournalError> {
         self.handle()?;
-        check_frames(bytes).map_err(|(offset, why)| JournalError::MalformedAppend {
+        let ops = check_frames(bytes).map_err(|(offset, why)| JournalError::MalformedAppend {
             offset,
             why: why.into(),
         })?;
         if bytes.is_empty() {
             return Ok(());
         }
+        // Several ops go in one batch frame, so that a crash keeps all of them or none. It is
+        // built in `batch_scratch`, which keeps its capacity: warm appends allocate nothing.
+        let data: &[u8] = if ops > 1 {
+            let body_bytes = batch_body_bytes(bytes, ops);
+            if body_bytes > frame::BODY_BYTES_MAX {
+                return Err(JournalError::AppendTooLarge {
+                    bytes: bytes.len(),
+                    max: APPEND_BYTES_MAX,
+                });
+            }
+            self.batch_scratch.clear();
+            push_batch_frame(&mut self.batch_scratch, bytes);
+            &self.batch_scratch
+        } else {
+            bytes
+        };
         let file = self.file.as_ref().expect("checked by handle()");
         if self.dir_sync_pending {
             self.io
@@ -210,14 +245,18 @@ impl<Io: JournalIo> JournalFile<Io> {
             data_at = HEADER_BYTES as u64;
         }
         if result.is_ok() {
-            result = self.io.write_at(file, data_at, bytes).await;
+            result = self.io.write_at(file, data_at, data).await;
         }
         if result.is_ok() {
             result = self.io.sync(file, SyncKind::Data).await;
         }
+        let written = data.len() as u64;
+        if self.batch_scratch.capacity() > BATCH_SCRATCH_KEEP_BYTES {
+            self.batch_scratch = Vec::new();
+        }
         match result {
             Ok(()) => {
-                self.clean_end = data_at + bytes.len() as u64;
+                self.clean_end = data_at + written;
                 self.header_written = true;
                 Ok(())
             }
@@ -383,7 +422,11 @@ mod tests {
         journal.append_blocking(&second).unwrap();
         let bytes = vfs.contents("j").unwrap();
         assert_eq!(&bytes[..8], b"STELElog");
-        assert_eq!(bytes.len(), HEADER_BYTES + first.len() + second.len());
+        assert_eq!(
+            bytes.len(),
+            HEADER_BYTES + 8 + 1 + (first.len() - 8) + second.len(),
+            "two ops in one batch frame, one op in its own frame"
+        );
         assert_eq!(journal.clean_end(), bytes.len() as u64);
 
         let (ops, recovery) = replay(&*shared, "j").unwrap();
@@ -407,6 +450,30 @@ mod tests {
             Some(vec![]),
             "an empty snapshot is a zero-byte journal"
         );
+    }
+
+    #[test]
+    fn a_multi_op_append_is_recovered_whole_or_not_at_all() {
+        let vfs = MemVfs::new();
+        let shared: Arc<dyn Vfs> = Arc::new(vfs.clone());
+        let mut journal = JournalFile::open_blocking(shared.clone(), "j").unwrap();
+        journal
+            .append_blocking(&encode_frames(&[set("a", "1")]))
+            .unwrap();
+        let before = journal.clean_end() as usize;
+        let batch = [set("b", "2"), set("c", "3"), JournalOp::Clear];
+        journal.append_blocking(&encode_frames(&batch)).unwrap();
+        drop(journal);
+        let whole = vfs.contents("j").unwrap();
+        for cut in before..whole.len() {
+            vfs.set_contents("j", whole[..cut].to_vec());
+            let (ops, _) = replay(&*shared, "j").unwrap();
+            assert_eq!(ops, vec![set("a", "1")], "cut at {cut}: none of the batch");
+        }
+        vfs.set_contents("j", whole);
+        let (ops, recovery) = replay(&*shared, "j").unwrap();
+        assert_eq!(ops.len(), 4);
+        assert_eq!(recovery.ops, 4, "ops, not frames");
     }
 
     #[test]
