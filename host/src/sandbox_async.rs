@@ -9,6 +9,13 @@
 //! group. The other calls complete without suspending. (Every export of `wal-async` is an
 //! `async func`: a store with async host functions accepts only async-lifted calls.)
 //!
+//! Answers go out in bursts: the calls one group completes finish about one per turn of the
+//! store, and the dispatcher collects them all before it sends any answer (turns continue while
+//! they bring answers, at most one per call in flight; no timer). Callers answered together
+//! come back together and stage into one group. Answers sent between guest turns came back
+//! staggered, and the first caller back led a group of one: measured at N=64, 0.98x native
+//! records/s with threads, against 1.12x with bursts (medians of three runs).
+//!
 //! Threads and tokio tasks send to the same channel, so they share groups. A caller that stops
 //! waiting (a dropped future) only stops listening: the dispatcher never cancels a guest task it
 //! started, so a record staged by it still becomes durable with its group.
@@ -18,8 +25,8 @@ use std::ops::Range;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex, PoisonError};
 
-use futures::StreamExt;
 use futures::stream::FuturesUnordered;
+use futures::{FutureExt, StreamExt};
 use stele::vfs::Vfs;
 use stele::wal::{LogSeq, Recovery, VisibleRecord, WalOptions, WalRetirement, WalWriterStats};
 use tokio::sync::{mpsc, oneshot};
@@ -169,7 +176,18 @@ fn answer<T, U>(
     }
 }
 
-type Task<'a> = Pin<Box<dyn Future<Output = ()> + 'a>>;
+/// A started guest call. It resolves to its answer, which the dispatcher sends (see the loop).
+type Task<'a> = Pin<Box<dyn Future<Output = Answer> + 'a>>;
+
+/// A finished guest call's answer, not yet sent to its caller.
+type Answer = Box<dyn FnOnce()>;
+
+fn answer_with<T: 'static>(reply: Reply<T>, result: Result<T, WalError>) -> Answer {
+    Box::new(move || {
+        // A caller that stopped waiting only stops listening: nothing to undo.
+        let _ = reply.send(result);
+    })
+}
 
 /// The dispatcher thread's body. Returns why it stopped, if not because the handle was dropped.
 fn dispatch(
@@ -234,7 +252,26 @@ fn dispatch(
         loop {
             let request = tokio::select! {
                 biased;
-                Some(()) = in_flight.next(), if !in_flight.is_empty() => continue,
+                Some(first) = in_flight.next(), if !in_flight.is_empty() => {
+                    // A group's callers finish about one per turn of the store. Collect them
+                    // all (turns continue while they bring answers; at most one per call in
+                    // flight, no timer), then answer them together: callers answered in one
+                    // burst come back together and stage into one group, where answers
+                    // trickled out between guest turns would come back staggered.
+                    let mut answers = vec![first];
+                    for _ in 0..in_flight.len() {
+                        tokio::task::yield_now().await;
+                        let before = answers.len();
+                        while let Some(Some(more)) = in_flight.next().now_or_never() {
+                            answers.push(more);
+                        }
+                        if answers.len() == before {
+                            break;
+                        }
+                    }
+                    answers.into_iter().for_each(|send| send());
+                    continue;
+                }
                 request = queue.recv() => request,
             };
             let Some(first) = request else { break };
@@ -248,17 +285,17 @@ fn dispatch(
                             let r = writer_api
                                 .call_commit_many_durable(acc, writer, records)
                                 .await;
-                            let _ = reply.send(answer(r, from_wit_range));
+                            answer_with(reply, answer(r, from_wit_range))
                         }))
                     }
                     Request::Flush { reply } => in_flight.push(Box::pin(async move {
                         let r = writer_api.call_flush(acc, writer).await;
-                        let _ = reply.send(answer(r, |()| ()));
+                        answer_with(reply, answer(r, |()| ()))
                     })),
                     Request::CommitMany { records, reply } => {
                         in_flight.push(Box::pin(async move {
                             let r = writer_api.call_commit_many(acc, writer, records).await;
-                            let _ = reply.send(answer(r, from_wit_range));
+                            answer_with(reply, answer(r, from_wit_range))
                         }))
                     }
                     Request::VisibleRecords {
@@ -269,23 +306,25 @@ fn dispatch(
                         let r = writer_api
                             .call_visible_records(acc, writer, first_seq, limit)
                             .await;
-                        let _ = reply.send(answer(r, from_wit_visible));
+                        answer_with(reply, answer(r, from_wit_visible))
                     })),
                     Request::Retire { through, reply } => in_flight.push(Box::pin(async move {
                         let r = writer_api
                             .call_retire_visible_through(acc, writer, through)
                             .await;
-                        let _ = reply.send(answer(r, from_wit_retirement));
+                        answer_with(reply, answer(r, from_wit_retirement))
                     })),
                     Request::Stats { reply } => in_flight.push(Box::pin(async move {
                         let r = writer_api.call_stats(acc, writer).await;
-                        let _ = reply.send(answer(r.map(Ok), from_wit_stats));
+                        answer_with(reply, answer(r.map(Ok), from_wit_stats))
                     })),
                 }
             }
         }
         // The handle is gone: finish what was started, so no staged record is abandoned.
-        while in_flight.next().await.is_some() {}
+        while let Some(send) = in_flight.next().await {
+            send();
+        }
         None
     }));
     match outcome {

@@ -130,8 +130,12 @@ impl AsyncWriter {
         }
     }
 
-    async fn lead(&self, leadership: Leadership) {
-        if leadership.gather {
+    async fn lead(&self, _leadership: Leadership) {
+        // Always gather here, not only when the core asks (after a hand-off, or while callers
+        // of the last group are leaving): calls the host starts together enter the instance
+        // one per turn of its event loop, so a leader that did not yield would see only
+        // itself, and lead a group of one. A quiet round costs a few microseconds.
+        {
             for _ in 0..GATHER_ROUNDS_MAX {
                 let before = self.core.borrow().pending_records();
                 wit_bindgen::yield_async().await;
