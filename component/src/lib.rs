@@ -2,7 +2,10 @@
 //!
 //! - [`wal`]: a write-ahead log with group commit, durability tiers, in-memory visibility and
 //!   retirement.
-//! - [`journal`]: session-state ops, their framing and recovery (the writer is next).
+//! - [`journal`]: a session state kept as key/value ops: lazy header, append + fsync with
+//!   rollback, atomic compaction to a snapshot; a tokio writer natively.
+//! - [`push_log`]: Arrow record batches, one frame per push: recovery scan, atomic compaction,
+//!   sealing into an archive section.
 //! - [`frame`] and [`header`]: the framing and file header every family shares.
 //!
 //! The same crate builds natively (an rlib the host calls directly) and for `wasm32-wasip2`,
@@ -11,6 +14,7 @@
 pub mod frame;
 pub mod header;
 pub mod journal;
+pub mod push_log;
 pub mod vfs;
 pub mod wal;
 

@@ -1,0 +1,495 @@
+//! The push log: Arrow record batches in one append-only file, one frame per push, with a
+//! recovery scan, atomic compaction and sealing into an archive section
+//! (`../shared/reference/push-log-api.txt`).
+//!
+//! File layout: the 32-byte [`crate::header`] (family push-log, version [`PUSH_LOG_VERSION`]),
+//! then one [`crate::frame`] per push whose body is a complete Arrow IPC stream (schema, one
+//! batch, end of stream; see [`ipc`]). A missing or zero-byte file is an empty, clean log.
+//!
+//! What it promises:
+//! - [`PushLog::append`] returns once the push's frame (and the header, and for a new file the
+//!   directory entry) is synced: an acknowledged push survives power loss. A failed write or
+//!   sync is cut back, so the file always ends at a whole frame.
+//! - [`PushLog::compact`] is atomic: whatever the crash point, the log reads as before or as
+//!   after, and never loses a row.
+//! - Scanning is streamed: one frame in memory at a time.
+//! - One writer per log: the first write takes the advisory lock `<path>.lock`.
+
+pub mod ipc;
+pub mod refs;
+mod scan;
+mod section;
+#[cfg(all(test, not(target_arch = "wasm32")))]
+mod tests;
+
+pub use scan::{PushLogEnd, PushLogScan, ScannedFrame};
+pub use section::{ReservedSection, SECTION_PREFIX};
+
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+
+use arrow_array::RecordBatch;
+use arrow_schema::SchemaRef;
+
+use crate::frame::{self, FrameReader, Next, ScanEnd};
+use crate::header::{Family, FileHeader, HEADER_BYTES, HeaderError};
+use crate::vfs::{OpenMode, SyncKind, Vfs, VfsError, VfsFile, VfsLock, parent_dir};
+
+/// The push-log format version this build reads and writes.
+pub const PUSH_LOG_VERSION: u16 = 1;
+
+/// The suffix of the file a compaction stages before renaming it over the log. A stray one is
+/// never read; the next compaction overwrites it.
+pub const COMPACTING_SUFFIX: &str = ".compacting";
+
+/// Compaction writes frames of at most this many IPC bytes: one frame when the log is smaller,
+/// "fewer and larger" frames otherwise. A frame body is bounded by [`frame::BODY_BYTES_MAX`]
+/// (what recovery accepts), and half of it leaves room for IPC padding and metadata.
+pub const COMPACTED_FRAME_BYTES_TARGET: usize = frame::BODY_BYTES_MAX / 2;
+
+/// Why a push-log call failed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum PushLogError {
+    #[error(transparent)]
+    Vfs(#[from] VfsError),
+    #[error("bad push-log header: {0}")]
+    BadHeader(#[from] HeaderError),
+    /// The batch's schema is not the log's; nothing was written.
+    #[error("batch schema does not match the log's schema: {found}")]
+    SchemaMismatch { found: String },
+    /// The pushed batch does not fit in one frame; nothing was written.
+    #[error("a push of {bytes} IPC bytes exceeds the {max}-byte frame limit")]
+    PushTooLarge { bytes: usize, max: usize },
+    /// The frame at `offset` is damaged and a valid frame follows: refused, never dropped.
+    #[error("push log corrupt at byte {offset} (a valid frame follows at byte {valid_frame_at})")]
+    Corrupt { offset: u64, valid_frame_at: u64 },
+    /// A frame with a valid checksum does not hold one batch of the log's schema.
+    #[error("malformed push-log frame at byte {offset}: {why}")]
+    MalformedFrame { offset: u64, why: String },
+    /// Another writer holds the log.
+    #[error("the push log is held by another writer (lock file {lock_path})")]
+    Locked { lock_path: String },
+    /// A write or sync of `append` failed; the file was cut back to its length before the call
+    /// (`rolled_back`), or, if that failed too, the next append cuts it first.
+    #[error("append failed ({cause}); rolled back: {rolled_back}")]
+    AppendFailed { cause: VfsError, rolled_back: bool },
+    #[error("arrow: {0}")]
+    Arrow(#[from] arrow_schema::ArrowError),
+}
+
+/// Where [`PushLog::compact_with`] stops: the crash points of a compaction, for crash tests.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Finish {
+    /// After writing the staged file, before its fsync.
+    AfterStage,
+    /// After the staged file's fsync, before the rename.
+    AfterStageSync,
+    /// Right after the rename.
+    AfterRename,
+    /// After the rename and everything but the directory fsync.
+    BeforeDirSync,
+    /// The whole compaction.
+    Swap,
+}
+
+/// When [`PushLog::maybe_compact`] runs: when the log holds at least `frames` frames, or at
+/// least `bytes` bytes (either bound that is set).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CompactionPolicy {
+    pub frames: Option<usize>,
+    pub bytes: Option<u64>,
+}
+
+/// What a compaction did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CompactionReport {
+    pub frames_before: usize,
+    pub frames_after: usize,
+    pub rows: usize,
+    pub bytes_before: u64,
+    pub bytes_after: u64,
+    /// Where it stopped ([`Finish::Swap`] for a whole compaction).
+    pub finished: Finish,
+}
+
+/// An append-only log file of Arrow record batches. One `append` is one push.
+#[derive(Debug)]
+pub struct PushLog {
+    vfs: Arc<dyn Vfs>,
+    path: String,
+    schema: SchemaRef,
+    writer: Mutex<WriterState>,
+}
+
+/// The open file appends go to. Opened by the first write, reset by compaction (whose rename
+/// leaves the handle naming the replaced file).
+#[derive(Debug, Default)]
+struct WriterState {
+    lock: Option<Box<dyn VfsLock>>,
+    file: Option<Box<dyn VfsFile>>,
+    /// Where the last whole frame ends.
+    clean_end: u64,
+    /// A failed append could not be cut back: the next one cuts first.
+    tail_dirty: bool,
+    /// The file's directory entry is not known durable yet (created by this writer).
+    dir_sync_pending: bool,
+}
+
+fn lock_state(m: &Mutex<WriterState>) -> MutexGuard<'_, WriterState> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+fn push_log_header() -> [u8; HEADER_BYTES] {
+    FileHeader {
+        family: Family::PushLog,
+        version: PUSH_LOG_VERSION,
+        family_word: 0,
+    }
+    .encode()
+}
+
+impl PushLog {
+    /// A push log at `path` in `vfs` whose batches have `schema`. Touches nothing: a log that is
+    /// never pushed to is never created.
+    pub fn new(vfs: Arc<dyn Vfs>, path: impl Into<String>, schema: SchemaRef) -> Self {
+        PushLog {
+            vfs,
+            path: path.into(),
+            schema,
+            writer: Mutex::new(WriterState::default()),
+        }
+    }
+
+    pub fn path(&self) -> &str {
+        &self.path
+    }
+
+    pub fn schema(&self) -> &SchemaRef {
+        &self.schema
+    }
+
+    fn compacting_path(&self) -> String {
+        format!("{}{COMPACTING_SUFFIX}", self.path)
+    }
+
+    /// Appends one push and makes it durable: when this returns, the frame (and with the
+    /// first push the header, and for a new file its directory entry) is synced (`fdatasync`).
+    /// Returns the byte offset the frame starts at.
+    ///
+    /// Refused before any I/O: a batch of another schema, or one too large for a frame. The
+    /// frame is built in memory first and written with one write; a failed write or sync is
+    /// cut back to the last whole frame.
+    pub fn append(&self, batch: &RecordBatch) -> Result<u64, PushLogError> {
+        if batch.schema_ref().fields() != self.schema.fields() {
+            return Err(PushLogError::SchemaMismatch {
+                found: format!("{:?}", batch.schema()),
+            });
+        }
+        let body = ipc::encode_stream(batch)?;
+        if body.len() > frame::BODY_BYTES_MAX {
+            return Err(PushLogError::PushTooLarge {
+                bytes: body.len(),
+                max: frame::BODY_BYTES_MAX,
+            });
+        }
+        let mut state = lock_state(&self.writer);
+        self.ensure_open(&mut state)?;
+        let start = state.clean_end;
+        let mut bytes = Vec::with_capacity(HEADER_BYTES + frame::FRAME_HEADER_BYTES + body.len());
+        if start == 0 {
+            bytes.extend_from_slice(&push_log_header());
+        }
+        let frame_at = start + bytes.len() as u64;
+        frame::push_frame(&mut bytes, |out| out.extend_from_slice(&body));
+        let fail = |state: &mut WriterState, cause: VfsError| {
+            let file = state.file.as_ref().expect("opened above");
+            let rolled_back = file.set_len(start).is_ok();
+            state.tail_dirty = !rolled_back;
+            PushLogError::AppendFailed { cause, rolled_back }
+        };
+        if state.dir_sync_pending {
+            // Before writing, so that a failure leaves nothing to roll back.
+            self.vfs.sync_dir(parent_dir(&self.path)).map_err(|cause| {
+                PushLogError::AppendFailed {
+                    cause,
+                    rolled_back: true,
+                }
+            })?;
+            state.dir_sync_pending = false;
+        }
+        let file = state.file.as_ref().expect("opened above");
+        if let Err(cause) = file
+            .write_at(start, &bytes)
+            .and_then(|()| file.sync(SyncKind::Data))
+        {
+            return Err(fail(&mut state, cause));
+        }
+        state.clean_end = start + bytes.len() as u64;
+        Ok(frame_at)
+    }
+
+    /// Opens the log for appending, once: takes the lock, opens or creates the file, checks the
+    /// header, finds the last whole frame and cuts anything after it.
+    fn ensure_open(&self, state: &mut WriterState) -> Result<(), PushLogError> {
+        if state.lock.is_none() {
+            let lock_path = format!("{}.lock", self.path);
+            state.lock = Some(self.vfs.lock_exclusive(&lock_path).map_err(|e| match e {
+                VfsError::Locked(_) => PushLogError::Locked { lock_path },
+                other => PushLogError::Vfs(other),
+            })?);
+        }
+        if state.file.is_none() {
+            let (file, created) = match self.vfs.open(&self.path, OpenMode::Existing) {
+                Ok(file) => (file, false),
+                Err(VfsError::NotFound) => (self.vfs.open(&self.path, OpenMode::Create)?, true),
+                Err(e) => return Err(e.into()),
+            };
+            let end = scan_frames(&*file, |_, _| Ok(()))?;
+            let clean_end = match end {
+                ScanEnd::Clean { end } => end,
+                ScanEnd::TornTail { valid_end, .. } => {
+                    file.set_len(valid_end)?;
+                    file.sync(SyncKind::Data)?;
+                    valid_end
+                }
+                ScanEnd::Corrupt {
+                    offset,
+                    valid_frame_at,
+                } => {
+                    return Err(PushLogError::Corrupt {
+                        offset,
+                        valid_frame_at,
+                    });
+                }
+            };
+            state.file = Some(file);
+            state.clean_end = clean_end;
+            state.dir_sync_pending = created;
+            state.tail_dirty = false;
+        }
+        if state.tail_dirty {
+            let file = state.file.as_ref().expect("opened above");
+            file.set_len(state.clean_end)?;
+            state.tail_dirty = false;
+        }
+        Ok(())
+    }
+
+    /// Recovers the log, streaming: the returned scan yields each frame's batch and offset in
+    /// order, then says how the log ended ([`PushLogScan::end`]). A missing file is an empty,
+    /// clean log. Read-only.
+    pub fn scan(&self) -> Result<PushLogScan, PushLogError> {
+        PushLogScan::open(&*self.vfs, &self.path, self.schema.clone())
+    }
+
+    /// How many whole frames the log holds (checksums checked, batches not decoded).
+    pub fn frame_count(&self) -> Result<usize, PushLogError> {
+        let file = match self.vfs.open(&self.path, OpenMode::Existing) {
+            Ok(file) => file,
+            Err(VfsError::NotFound) => return Ok(0),
+            Err(e) => return Err(e.into()),
+        };
+        let mut frames = 0;
+        match scan_frames(&*file, |_, _| {
+            frames += 1;
+            Ok(())
+        })? {
+            ScanEnd::Corrupt {
+                offset,
+                valid_frame_at,
+            } => Err(PushLogError::Corrupt {
+                offset,
+                valid_frame_at,
+            }),
+            _ => Ok(frames),
+        }
+    }
+
+    /// Folds every frame into as few as fit ([`COMPACTED_FRAME_BYTES_TARGET`]; one for any log
+    /// below it), atomically; see [`PushLog::compact_with`].
+    pub fn compact(&self) -> Result<CompactionReport, PushLogError> {
+        self.compact_with(Finish::Swap)
+    }
+
+    /// Compacts, stopping where `finish` says (the crash test's hook; everyone else passes
+    /// [`Finish::Swap`]). Rows are concatenated in push order, never dropped. The replacement is
+    /// staged at `<path>.compacting`, fsynced, renamed over the log, and the parent directory
+    /// fsynced; the live log is never written in place, so a crash at any byte leaves the old
+    /// log or the new one. Refuses a log with corruption in the middle.
+    pub fn compact_with(&self, finish: Finish) -> Result<CompactionReport, PushLogError> {
+        let mut state = lock_state(&self.writer);
+        self.ensure_open(&mut state)?;
+        let bytes_before = state.clean_end;
+        let staged_path = self.compacting_path();
+        // Streamed: one compacted frame in memory at a time, written as it fills.
+        let mut stager = Stager {
+            file: self.vfs.open(&staged_path, OpenMode::Truncate)?,
+            schema: &self.schema,
+            written: 0,
+            frames: 0,
+            pending: Vec::new(),
+            pending_bytes: 0,
+        };
+        let mut scan = self.scan()?;
+        let mut frames_before = 0;
+        let mut rows = 0;
+        for frame in scan.by_ref() {
+            let frame = frame?;
+            frames_before += 1;
+            rows += frame.batch.num_rows();
+            stager.push(frame.batch)?;
+        }
+        if let PushLogEnd::Corrupt {
+            offset,
+            valid_frame_at,
+        } = scan.end()
+        {
+            return Err(PushLogError::Corrupt {
+                offset,
+                valid_frame_at,
+            });
+        }
+        stager.flush()?;
+        let (staged, frames_after, bytes_after) = (stager.file, stager.frames, stager.written);
+        let report = |finished| CompactionReport {
+            frames_before,
+            frames_after,
+            rows,
+            bytes_before,
+            bytes_after,
+            finished,
+        };
+        if finish == Finish::AfterStage {
+            return Ok(report(finish));
+        }
+        // Full: the staged file is new; its length must be durable before it becomes the log.
+        staged.sync(SyncKind::Full)?;
+        drop(staged);
+        if finish == Finish::AfterStageSync {
+            return Ok(report(finish));
+        }
+        self.vfs.rename(&staged_path, &self.path)?;
+        // The handle names the replaced file now: the next append reopens.
+        state.file = None;
+        if finish == Finish::AfterRename {
+            return Ok(report(finish));
+        }
+        if finish == Finish::BeforeDirSync {
+            return Ok(report(finish));
+        }
+        self.vfs.sync_dir(parent_dir(&self.path))?;
+        Ok(report(Finish::Swap))
+    }
+
+    /// Compacts if `policy` says the log has grown enough; `None` when it did not run.
+    pub fn maybe_compact(
+        &self,
+        policy: CompactionPolicy,
+    ) -> Result<Option<CompactionReport>, PushLogError> {
+        let frames_due = match policy.frames {
+            Some(limit) => self.frame_count()? >= limit,
+            None => false,
+        };
+        let bytes_due = match policy.bytes {
+            Some(limit) => match self.vfs.open(&self.path, OpenMode::Existing) {
+                Ok(file) => file.len()? >= limit,
+                Err(VfsError::NotFound) => false,
+                Err(e) => return Err(e.into()),
+            },
+            None => false,
+        };
+        if frames_due || bytes_due {
+            self.compact().map(Some)
+        } else {
+            Ok(None)
+        }
+    }
+
+    /// Folds the recovered pushes into the section that seals them into an archive: an Arrow
+    /// IPC file with one batch per push, in push order. After a compaction, a frame is a run of
+    /// pushes; when the schema has a `push_seq` column, each run is split back at its seams.
+    pub fn seal_section(&self, module_name: &str) -> Result<ReservedSection, PushLogError> {
+        ReservedSection::seal(self, module_name)
+    }
+}
+
+/// Writes a compaction's frames to the staged file, merging batches up to
+/// [`COMPACTED_FRAME_BYTES_TARGET`] per frame.
+struct Stager<'a> {
+    file: Box<dyn VfsFile>,
+    schema: &'a SchemaRef,
+    /// Bytes written so far (the header goes out with the first frame).
+    written: u64,
+    frames: usize,
+    pending: Vec<RecordBatch>,
+    pending_bytes: usize,
+}
+
+impl Stager<'_> {
+    fn push(&mut self, batch: RecordBatch) -> Result<(), PushLogError> {
+        let size = batch.get_array_memory_size();
+        if !self.pending.is_empty() && self.pending_bytes + size > COMPACTED_FRAME_BYTES_TARGET {
+            self.flush()?;
+        }
+        self.pending_bytes += size;
+        self.pending.push(batch);
+        Ok(())
+    }
+
+    fn flush(&mut self) -> Result<(), PushLogError> {
+        if self.pending.is_empty() {
+            return Ok(());
+        }
+        let merged = arrow_select::concat::concat_batches(self.schema, self.pending.iter())?;
+        self.pending.clear();
+        self.pending_bytes = 0;
+        let body = ipc::encode_stream(&merged)?;
+        drop(merged);
+        if body.len() > frame::BODY_BYTES_MAX {
+            // Only a single push near the frame limit can grow past it in re-encoding.
+            return Err(PushLogError::PushTooLarge {
+                bytes: body.len(),
+                max: frame::BODY_BYTES_MAX,
+            });
+        }
+        let mut bytes = Vec::with_capacity(HEADER_BYTES + frame::FRAME_HEADER_BYTES + body.len());
+        if self.written == 0 {
+            bytes.extend_from_slice(&push_log_header());
+        }
+        frame::push_frame(&mut bytes, |out| out.extend_from_slice(&body));
+        self.file.write_at(self.written, &bytes)?;
+        self.written += bytes.len() as u64;
+        self.frames += 1;
+        Ok(())
+    }
+}
+
+/// Walks the frames of a push-log file, checking the header; `on_frame` sees each frame's
+/// offset and body.
+pub(crate) fn scan_frames(
+    file: &dyn VfsFile,
+    mut on_frame: impl FnMut(u64, &[u8]) -> Result<(), PushLogError>,
+) -> Result<ScanEnd, PushLogError> {
+    let len = file.len()?;
+    if len == 0 {
+        return Ok(ScanEnd::Clean { end: 0 });
+    }
+    if len < HEADER_BYTES as u64 {
+        // The header goes out with the first push, in the same synced write: a shorter file is
+        // a first push that never completed.
+        return Ok(ScanEnd::TornTail {
+            valid_end: 0,
+            file_len: len,
+        });
+    }
+    let mut header = [0u8; HEADER_BYTES];
+    file.read_exact_at(0, &mut header)?;
+    FileHeader::decode_expecting(&header, Family::PushLog, PUSH_LOG_VERSION)?;
+    let mut reader = FrameReader::new(HEADER_BYTES as u64, len);
+    loop {
+        match reader.next_frame(file)? {
+            Next::Frame { offset, body } => on_frame(offset, body)?,
+            Next::End(end) => return Ok(end),
+        }
+    }
+}

@@ -1,0 +1,146 @@
+//! [`PushLogScan`]: recovery, streamed. It holds one frame in memory at a time (the frame
+//! reader's window), so a log of any size scans in bounded memory.
+
+use arrow_array::RecordBatch;
+use arrow_schema::SchemaRef;
+
+use crate::frame::{FrameReader, Next, ScanEnd};
+use crate::header::{Family, FileHeader, HEADER_BYTES};
+use crate::vfs::{OpenMode, Vfs, VfsError, VfsFile};
+
+use super::{PUSH_LOG_VERSION, PushLogError, ipc};
+
+/// One recovered push (or, after compaction, a run of pushes).
+#[derive(Clone, Debug)]
+pub struct ScannedFrame {
+    /// The byte offset the frame starts at (what `append` returned for it).
+    pub offset: u64,
+    pub batch: RecordBatch,
+}
+
+/// How a scan ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PushLogEnd {
+    /// Every byte is whole frames (or the log is missing or empty).
+    Clean,
+    /// Frames are whole up to `valid_end`; the rest is a push that never completed. The next
+    /// append cuts it.
+    TornTail { valid_end: u64, file_len: u64 },
+    /// The frame at `offset` is damaged and a valid frame follows: acknowledged pushes may be
+    /// behind it, so it is reported, never dropped.
+    Corrupt { offset: u64, valid_frame_at: u64 },
+}
+
+/// The frames of a push log, in order, as an iterator of `Result<ScannedFrame>`; after the last,
+/// [`PushLogScan::end`] says how the log ended. A frame whose checksum holds but whose bytes are
+/// not one batch of the log's schema is an `Err` item, and the scan stops there.
+pub struct PushLogScan {
+    file: Option<Box<dyn VfsFile>>,
+    reader: FrameReader,
+    schema: SchemaRef,
+    end: Option<PushLogEnd>,
+}
+
+impl std::fmt::Debug for PushLogScan {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PushLogScan")
+            .field("end", &self.end)
+            .finish_non_exhaustive()
+    }
+}
+
+impl PushLogScan {
+    pub(crate) fn open(
+        vfs: &dyn Vfs,
+        path: &str,
+        schema: SchemaRef,
+    ) -> Result<PushLogScan, PushLogError> {
+        let empty = |end| PushLogScan {
+            file: None,
+            reader: FrameReader::new(0, 0),
+            schema: schema.clone(),
+            end: Some(end),
+        };
+        let file = match vfs.open(path, OpenMode::Existing) {
+            Ok(file) => file,
+            Err(VfsError::NotFound) => return Ok(empty(PushLogEnd::Clean)),
+            Err(e) => return Err(e.into()),
+        };
+        let len = file.len()?;
+        if len == 0 {
+            return Ok(empty(PushLogEnd::Clean));
+        }
+        if len < HEADER_BYTES as u64 {
+            return Ok(empty(PushLogEnd::TornTail {
+                valid_end: 0,
+                file_len: len,
+            }));
+        }
+        let mut header = [0u8; HEADER_BYTES];
+        file.read_exact_at(0, &mut header)?;
+        FileHeader::decode_expecting(&header, Family::PushLog, PUSH_LOG_VERSION)?;
+        Ok(PushLogScan {
+            file: Some(file),
+            reader: FrameReader::new(HEADER_BYTES as u64, len),
+            schema,
+            end: None,
+        })
+    }
+
+    /// How the log ended: `None` until the iterator has returned `None`.
+    pub fn end(&self) -> PushLogEnd {
+        self.end.unwrap_or(PushLogEnd::Clean)
+    }
+
+    /// Whether the scan has ended.
+    pub fn finished(&self) -> bool {
+        self.end.is_some()
+    }
+}
+
+impl Iterator for PushLogScan {
+    type Item = Result<ScannedFrame, PushLogError>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.end.is_some() {
+            return None;
+        }
+        let file = self.file.as_deref()?;
+        let step = match self.reader.next_frame(file) {
+            Ok(step) => step,
+            Err(e) => {
+                self.end = Some(PushLogEnd::Clean);
+                return Some(Err(e.into()));
+            }
+        };
+        match step {
+            Next::Frame { offset, body } => match ipc::decode_stream(body, &self.schema) {
+                Ok(batch) => Some(Ok(ScannedFrame { offset, batch })),
+                Err(why) => {
+                    self.end = Some(PushLogEnd::Clean);
+                    Some(Err(PushLogError::MalformedFrame { offset, why }))
+                }
+            },
+            Next::End(end) => {
+                self.end = Some(match end {
+                    ScanEnd::Clean { .. } => PushLogEnd::Clean,
+                    ScanEnd::TornTail {
+                        valid_end,
+                        file_len,
+                    } => PushLogEnd::TornTail {
+                        valid_end,
+                        file_len,
+                    },
+                    ScanEnd::Corrupt {
+                        offset,
+                        valid_frame_at,
+                    } => PushLogEnd::Corrupt {
+                        offset,
+                        valid_frame_at,
+                    },
+                });
+                None
+            }
+        }
+    }
+}
