@@ -2,6 +2,7 @@
 //!
 //! - [`Wal`]: the write-ahead log's typed API, the same in both [`Mode`]s.
 //! - [`Journal`]: the journal writer's tokio API, the same in both [`Mode`]s.
+//! - [`PushLog`]: the push log with `arrow` record batches, the same in both [`Mode`]s.
 //! - [`fs::RealFs`]: the real filesystem, confined to one root directory.
 //! - [`runtime`]: the wasmtime engine, the embedded component, per-instance limits.
 //!
@@ -21,6 +22,7 @@ mod convert;
 pub mod fs;
 mod io_thread;
 mod journal;
+mod push_log;
 pub mod runtime;
 mod sandbox_async;
 mod vfs_import;
@@ -29,6 +31,7 @@ mod wal;
 pub use journal::{
     Journal, JournalError, replay_blocking as replay_journal_blocking, replay_journal,
 };
+pub use push_log::{PushLog, PushLogCallError};
 pub use stele;
 pub use vfs_import::READ_BYTES_MAX;
 pub use wal::{AsyncWal, Wal, WalError, read_wal};

@@ -66,6 +66,8 @@ pub struct AsyncWal {
     wal: Wal,
 }
 
+// One `Inner` per log, behind an `Arc`: the variants' sizes do not matter.
+#[allow(clippy::large_enum_variant)]
 enum Inner {
     Native(WalWriter),
     Async(AsyncSandbox),

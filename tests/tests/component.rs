@@ -46,6 +46,7 @@ fn plain_component_exports_wal_and_journal_and_imports_only_vfs_and_std_wasi() {
         exports,
         vec![
             "stele:log/journal@0.1.0".to_owned(),
+            "stele:log/push-log@0.1.0".to_owned(),
             "stele:log/wal@0.1.0".to_owned()
         ]
     );
@@ -62,6 +63,7 @@ fn async_component_adds_the_async_exports_and_vfs_async() {
         vec![
             "stele:log/journal-async@0.1.0".to_owned(),
             "stele:log/journal@0.1.0".to_owned(),
+            "stele:log/push-log@0.1.0".to_owned(),
             "stele:log/wal-async@0.1.0".to_owned(),
             "stele:log/wal@0.1.0".to_owned()
         ]

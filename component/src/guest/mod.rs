@@ -12,6 +12,7 @@
 mod journal;
 #[cfg(feature = "component-async")]
 mod journal_async;
+mod push_log;
 mod vfs;
 mod wal;
 #[cfg(feature = "component-async")]

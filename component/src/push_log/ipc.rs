@@ -56,6 +56,36 @@ pub fn check_stream_lengths(bytes: &[u8]) -> Result<(), &'static str> {
     }
 }
 
+/// Decodes an IPC stream that holds exactly one batch, of whatever schema.
+pub fn decode_one(body: &[u8]) -> Result<RecordBatch, String> {
+    check_stream_lengths(body).map_err(str::to_owned)?;
+    let mut reader = StreamReader::try_new(Cursor::new(body), None).map_err(|e| e.to_string())?;
+    let batch = reader
+        .next()
+        .ok_or("the stream holds no batch")?
+        .map_err(|e| e.to_string())?;
+    if reader.next().is_some() {
+        return Err("the stream holds more than one batch".into());
+    }
+    Ok(batch)
+}
+
+/// The schema an IPC stream starts with (a stream may hold only its schema).
+pub fn decode_schema(bytes: &[u8]) -> Result<SchemaRef, String> {
+    check_stream_lengths(bytes).map_err(str::to_owned)?;
+    let reader = StreamReader::try_new(Cursor::new(bytes), None).map_err(|e| e.to_string())?;
+    Ok(reader.schema())
+}
+
+/// The IPC stream of a schema alone (schema message, end of stream).
+pub fn encode_schema(schema: &SchemaRef) -> Result<Vec<u8>, ArrowError> {
+    let mut out = Vec::new();
+    let mut writer = StreamWriter::try_new(&mut out, schema)?;
+    writer.finish()?;
+    drop(writer);
+    Ok(out)
+}
+
 /// Decodes a frame body: exactly one batch, whose schema is `schema`.
 pub fn decode_stream(body: &[u8], schema: &SchemaRef) -> Result<RecordBatch, String> {
     check_stream_lengths(body).map_err(str::to_owned)?;

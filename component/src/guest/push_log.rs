@@ -1,0 +1,183 @@
+//! The `stele:log/push-log` export: a thin shell over [`PushLog`]. Batches and schemas cross as
+//! Arrow IPC stream bytes; a pushed batch is decoded here and checked against the log's schema
+//! before anything is written.
+
+use std::cell::RefCell;
+use std::sync::Arc;
+
+use crate::push_log::{
+    CompactionPolicy, CompactionReport, Finish, PushLog, PushLogEnd, PushLogError, PushLogScan, ipc,
+};
+
+use super::Component;
+use super::exports::stele::log::push_log as wit;
+use super::vfs::{WitVfs, to_wit};
+use super::wal::header_error;
+
+pub struct GuestLog(PushLog);
+
+/// Interior mutability because WIT methods take `&self`; the component is single-threaded.
+pub struct GuestScan(RefCell<PushLogScan>);
+
+fn error(err: PushLogError) -> wit::PushLogError {
+    use wit::PushLogError as E;
+    match err {
+        PushLogError::Vfs(e) => E::Vfs(to_wit(e)),
+        PushLogError::BadHeader(h) => E::BadHeader(header_error(h)),
+        PushLogError::SchemaMismatch { found } => E::SchemaMismatch(found),
+        PushLogError::PushTooLarge { bytes, max } => E::PushTooLarge(wit::SizeLimit {
+            actual: bytes as u64,
+            limit: max as u64,
+        }),
+        PushLogError::Corrupt {
+            offset,
+            valid_frame_at,
+        } => E::Corrupt(wit::FrameDamage {
+            offset,
+            valid_frame_at,
+        }),
+        PushLogError::MalformedFrame { offset, why } => {
+            E::MalformedFrame(wit::MalformedFrame { offset, why })
+        }
+        PushLogError::Locked { lock_path } => E::Locked(lock_path),
+        PushLogError::AppendFailed { cause, rolled_back } => E::AppendFailed(wit::PushFailure {
+            cause: to_wit(cause),
+            rolled_back,
+        }),
+        PushLogError::Arrow(e) => E::Arrow(e.to_string()),
+    }
+}
+
+fn finish_from(f: wit::Finish) -> Finish {
+    match f {
+        wit::Finish::AfterStage => Finish::AfterStage,
+        wit::Finish::AfterStageSync => Finish::AfterStageSync,
+        wit::Finish::AfterRename => Finish::AfterRename,
+        wit::Finish::BeforeDirSync => Finish::BeforeDirSync,
+        wit::Finish::Swap => Finish::Swap,
+    }
+}
+
+fn report(r: CompactionReport) -> wit::CompactionReport {
+    wit::CompactionReport {
+        frames_before: r.frames_before as u64,
+        frames_after: r.frames_after as u64,
+        rows: r.rows as u64,
+        bytes_before: r.bytes_before,
+        bytes_after: r.bytes_after,
+        finished: match r.finished {
+            Finish::AfterStage => wit::Finish::AfterStage,
+            Finish::AfterStageSync => wit::Finish::AfterStageSync,
+            Finish::AfterRename => wit::Finish::AfterRename,
+            Finish::BeforeDirSync => wit::Finish::BeforeDirSync,
+            Finish::Swap => wit::Finish::Swap,
+        },
+    }
+}
+
+/// The most frames one `next-frames` returns, whatever the caller asks: bounds the list the
+/// host lifts in one call (each frame is at most one frame body, 64 MiB).
+const SCAN_FRAMES_PER_CALL_MAX: u32 = 64;
+
+impl wit::Guest for Component {
+    type Log = GuestLog;
+    type Scan = GuestScan;
+}
+
+impl wit::GuestScan for GuestScan {
+    fn next_frames(&self, max_frames: u32) -> Result<Vec<wit::ScannedFrame>, wit::PushLogError> {
+        let mut scan = self.0.borrow_mut();
+        let mut out = Vec::new();
+        for _ in 0..max_frames.clamp(1, SCAN_FRAMES_PER_CALL_MAX) {
+            let Some(frame) = scan.next() else { break };
+            let frame = frame.map_err(error)?;
+            let ipc_stream =
+                ipc::encode_stream(&frame.batch).map_err(|e| error(PushLogError::Arrow(e)))?;
+            out.push(wit::ScannedFrame {
+                offset: frame.offset,
+                ipc_stream,
+            });
+        }
+        Ok(out)
+    }
+
+    fn end(&self) -> Option<wit::ScanEnd> {
+        let scan = self.0.borrow();
+        scan.finished().then(|| match scan.end() {
+            PushLogEnd::Clean => wit::ScanEnd::Clean,
+            PushLogEnd::TornTail {
+                valid_end,
+                file_len,
+            } => wit::ScanEnd::TornTail(wit::TornTail {
+                valid_end,
+                file_len,
+            }),
+            PushLogEnd::Corrupt {
+                offset,
+                valid_frame_at,
+            } => wit::ScanEnd::Corrupt(wit::FrameDamage {
+                offset,
+                valid_frame_at,
+            }),
+        })
+    }
+}
+
+impl wit::GuestLog for GuestLog {
+    fn open(path: String, schema_ipc: Vec<u8>) -> Result<wit::Log, wit::PushLogError> {
+        let schema = ipc::decode_schema(&schema_ipc).map_err(wit::PushLogError::Arrow)?;
+        Ok(wit::Log::new(GuestLog(PushLog::new(
+            Arc::new(WitVfs),
+            path,
+            schema,
+        ))))
+    }
+
+    fn append(&self, batch_ipc: Vec<u8>) -> Result<u64, wit::PushLogError> {
+        let batch = ipc::decode_one(&batch_ipc).map_err(wit::PushLogError::Arrow)?;
+        self.0.append(&batch).map_err(error)
+    }
+
+    fn scan(&self) -> Result<wit::Scan, wit::PushLogError> {
+        let scan = self.0.scan().map_err(error)?;
+        Ok(wit::Scan::new(GuestScan(RefCell::new(scan))))
+    }
+
+    fn frame_count(&self) -> Result<u64, wit::PushLogError> {
+        self.0.frame_count().map(|n| n as u64).map_err(error)
+    }
+
+    fn compact_with(
+        &self,
+        finish: wit::Finish,
+    ) -> Result<wit::CompactionReport, wit::PushLogError> {
+        self.0
+            .compact_with(finish_from(finish))
+            .map(report)
+            .map_err(error)
+    }
+
+    fn maybe_compact(
+        &self,
+        policy: wit::CompactionPolicy,
+    ) -> Result<Option<wit::CompactionReport>, wit::PushLogError> {
+        let policy = CompactionPolicy {
+            frames: policy
+                .frames
+                .map(|n| usize::try_from(n).unwrap_or(usize::MAX)),
+            bytes: policy.bytes,
+        };
+        self.0
+            .maybe_compact(policy)
+            .map(|r| r.map(report))
+            .map_err(error)
+    }
+
+    fn seal_section(&self, module_name: String) -> Result<wit::SealedSection, wit::PushLogError> {
+        let section = self.0.seal_section(&module_name).map_err(error)?;
+        Ok(wit::SealedSection {
+            name: section.name,
+            payload: section.payload,
+        })
+    }
+}

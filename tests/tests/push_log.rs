@@ -1,0 +1,169 @@
+//! The push log through `stele_host::PushLog`, in every mode, on the real filesystem: what the
+//! engine's unit tests check in memory, checked again across the component boundary, with
+//! bytes on disk.
+
+use std::sync::Arc;
+
+use arrow_array::{Int64Array, RecordBatch, StringArray, UInt64Array};
+use stele::push_log::{Finish, PushLogEnd, PushLogError, refs};
+use stele_host::{Mode, PushLog, PushLogCallError};
+use stele_tests::{TempRoot, every_mode};
+
+fn push(seq: u64, rows: &[(&str, Option<&str>)]) -> RecordBatch {
+    RecordBatch::try_new(
+        refs::schema(),
+        vec![
+            Arc::new(StringArray::from_iter_values(rows.iter().map(|r| r.0))),
+            Arc::new(StringArray::from_iter(rows.iter().map(|r| r.1))),
+            Arc::new(UInt64Array::from(vec![seq; rows.len()])),
+            Arc::new(Int64Array::from(vec![seq as i64 * 10; rows.len()])),
+        ],
+    )
+    .unwrap()
+}
+
+fn open(root: &TempRoot, mode: Mode) -> PushLog {
+    PushLog::new(root.vfs(), "refs.log", refs::schema(), mode).unwrap()
+}
+
+fn pushes_scan_back_compact_and_seal(mode: Mode) {
+    let root = TempRoot::new();
+    let log = open(&root, mode);
+    let pushes: Vec<RecordBatch> = (1..=5)
+        .map(|seq| push(seq, &[("main", Some(&*format!("c{seq}"))), ("tmp", None)]))
+        .collect();
+    let offsets: Vec<u64> = pushes.iter().map(|p| log.append(p).unwrap()).collect();
+    assert_eq!(offsets[0], 32);
+    assert_eq!(&root.read("refs.log")[..8], b"STELElog");
+    let (frames, end) = log.scan_all().unwrap();
+    assert_eq!(end, PushLogEnd::Clean);
+    assert_eq!(frames.iter().map(|f| f.offset).collect::<Vec<_>>(), offsets);
+    let before: Vec<RecordBatch> = frames.into_iter().map(|f| f.batch).collect();
+    assert_eq!(before, pushes);
+    assert_eq!(log.frame_count().unwrap(), 5);
+
+    let report = log.compact().unwrap();
+    assert_eq!(
+        (report.frames_before, report.frames_after, report.rows),
+        (5, 1, 10)
+    );
+    let after: Vec<RecordBatch> = log
+        .scan_all()
+        .unwrap()
+        .0
+        .into_iter()
+        .map(|f| f.batch)
+        .collect();
+    assert_eq!(refs::fold(&after).unwrap(), refs::fold(&before).unwrap());
+    assert!(!root.path("refs.log.compacting").exists());
+
+    let section = log.seal_section("plugin").unwrap();
+    assert_eq!(section.name, "stele.push-log.plugin");
+    assert_eq!(
+        section.pushes().unwrap().1,
+        pushes,
+        "one batch per push again"
+    );
+}
+
+fn another_schema_is_a_typed_error_and_writes_nothing(mode: Mode) {
+    let root = TempRoot::new();
+    let log = open(&root, mode);
+    let other = RecordBatch::try_new(
+        Arc::new(arrow_schema::Schema::new(vec![arrow_schema::Field::new(
+            "x",
+            arrow_schema::DataType::Int64,
+            false,
+        )])),
+        vec![Arc::new(Int64Array::from(vec![7]))],
+    )
+    .unwrap();
+    let err = log.append(&other).unwrap_err();
+    assert!(
+        matches!(
+            err,
+            PushLogCallError::PushLog(PushLogError::SchemaMismatch { .. })
+        ),
+        "{err}"
+    );
+    assert!(!root.path("refs.log").exists());
+}
+
+fn torn_tail_is_reported_and_cut_corruption_refused(mode: Mode) {
+    let root = TempRoot::new();
+    open(&root, mode)
+        .append(&push(1, &[("a", Some("1"))]))
+        .unwrap();
+    let whole = root.read("refs.log");
+    let mut torn = whole.clone();
+    torn.extend_from_slice(&whole[32..60]);
+    root.write("refs.log", &torn);
+    let log = open(&root, mode);
+    assert_eq!(
+        log.scan_all().unwrap().1,
+        PushLogEnd::TornTail {
+            valid_end: whole.len() as u64,
+            file_len: torn.len() as u64
+        }
+    );
+    assert_eq!(
+        log.append(&push(2, &[("b", Some("2"))])).unwrap(),
+        whole.len() as u64
+    );
+    drop(log);
+
+    let mut corrupt = root.read("refs.log");
+    corrupt[40] ^= 0x01;
+    root.write("refs.log", &corrupt);
+    let log = open(&root, mode);
+    assert!(matches!(
+        log.scan_all().unwrap().1,
+        PushLogEnd::Corrupt { offset: 32, .. }
+    ));
+    let err = log.append(&push(3, &[])).unwrap_err();
+    assert!(matches!(
+        err,
+        PushLogCallError::PushLog(PushLogError::Corrupt { offset: 32, .. })
+    ));
+    assert_eq!(root.read("refs.log"), corrupt, "left untouched");
+}
+
+fn compaction_stopped_before_the_rename_leaves_the_old_log(mode: Mode) {
+    let root = TempRoot::new();
+    let log = open(&root, mode);
+    for seq in 1..=3 {
+        log.append(&push(seq, &[("r", Some("x"))])).unwrap();
+    }
+    let old = root.read("refs.log");
+    log.compact_with(Finish::AfterStageSync).unwrap();
+    assert_eq!(root.read("refs.log"), old);
+    assert!(
+        root.path("refs.log.compacting").exists(),
+        "the staged file is left for the next compaction"
+    );
+    assert_eq!(log.frame_count().unwrap(), 3);
+    log.compact().unwrap();
+    assert_eq!(log.frame_count().unwrap(), 1);
+}
+
+fn second_writer_is_refused(mode: Mode) {
+    let root = TempRoot::new();
+    let first = open(&root, mode);
+    first.append(&push(1, &[])).unwrap();
+    for other in Mode::ALL {
+        let err = open(&root, other).append(&push(2, &[])).unwrap_err();
+        assert!(
+            matches!(err, PushLogCallError::PushLog(PushLogError::Locked { .. })),
+            "{}: {err}",
+            other.name()
+        );
+    }
+}
+
+every_mode!(
+    pushes_scan_back_compact_and_seal,
+    another_schema_is_a_typed_error_and_writes_nothing,
+    torn_tail_is_reported_and_cut_corruption_refused,
+    compaction_stopped_before_the_rename_leaves_the_old_log,
+    second_writer_is_refused,
+);
