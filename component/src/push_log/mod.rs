@@ -275,6 +275,29 @@ impl PushLog {
         Ok(())
     }
 
+    /// The schema of the log at `path`, read from its first frame (each frame carries it), or
+    /// `None` for a log without frames. For tools that open logs they did not write.
+    pub fn detect_schema(vfs: &dyn Vfs, path: &str) -> Result<Option<SchemaRef>, PushLogError> {
+        let file = match vfs.open(path, OpenMode::Existing) {
+            Ok(file) => file,
+            Err(VfsError::NotFound) => return Ok(None),
+            Err(e) => return Err(e.into()),
+        };
+        let mut schema = None;
+        let mut first = true;
+        scan_frames(&*file, |offset, body| {
+            if first {
+                first = false;
+                schema = Some(
+                    ipc::decode_schema(body)
+                        .map_err(|why| PushLogError::MalformedFrame { offset, why })?,
+                );
+            }
+            Ok(())
+        })?;
+        Ok(schema)
+    }
+
     /// Recovers the log, streaming: the returned scan yields each frame's batch and offset in
     /// order, then says how the log ended ([`PushLogScan::end`]). A missing file is an empty,
     /// clean log. Read-only.
