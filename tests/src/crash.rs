@@ -35,6 +35,14 @@ pub struct MatrixReport {
 }
 
 impl MatrixReport {
+    /// Prints the summary line and the first violations past libtest's capture.
+    pub fn print(&self) {
+        crate::ci_line(&self.line());
+        for v in self.violations.iter().take(10) {
+            crate::ci_line(&format!("  violation: {v}"));
+        }
+    }
+
     /// The summary line CI prints.
     pub fn line(&self) -> String {
         format!(

@@ -8,7 +8,7 @@ use stele::vfs::Vfs;
 use stele::wal::{DurabilityPolicy, LogSeq, WalOptions, WalWriter};
 use stele_host::fs::{CrashPlan, FaultFs};
 use stele_host::{Mode, Wal, read_wal};
-use stele_tests::crash::{CrashWorkload, MatrixReport, SplitMix, explore, sample_states};
+use stele_tests::crash::{CrashWorkload, SplitMix, explore, sample_states};
 use stele_tests::{ci_line, payload, payload_id};
 
 const PATH: &str = "w.wal";
@@ -218,13 +218,6 @@ fn check_recovery(
     Ok(())
 }
 
-fn report(r: &MatrixReport) {
-    ci_line(&r.line());
-    for v in r.violations.iter().take(10) {
-        ci_line(&format!("  violation: {v}"));
-    }
-}
-
 fn durable_workloads() -> Vec<WalWorkload> {
     // Seven recorded runs. How many states a run has depends on how its threads interleave
     // (bigger groups, fewer operations): observed 2,185 to 4,657 per run, so seven keep the
@@ -249,7 +242,7 @@ fn wal_crash_matrix_has_no_violations_and_the_component_agrees() {
     let mut sampled = 0;
     for workload in durable_workloads() {
         let (r, fs, oracle) = explore(&workload);
-        report(&r);
+        r.print();
         assert!(
             r.violations.is_empty(),
             "{} violations in {}",

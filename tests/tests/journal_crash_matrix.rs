@@ -190,10 +190,7 @@ fn journal_crash_matrix_has_no_violations_and_the_component_agrees() {
             ack_at_start: false,
         };
         let (report, fs, oracle) = explore(&workload);
-        ci_line(&report.line());
-        for v in report.violations.iter().take(10) {
-            ci_line(&format!("  violation: {v}"));
-        }
+        report.print();
         assert!(report.violations.is_empty(), "{}", report.violations[0]);
         total += report.states;
 

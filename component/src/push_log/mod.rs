@@ -362,16 +362,7 @@ impl PushLog {
             rows += frame.batch.num_rows();
             stager.push(frame.batch)?;
         }
-        if let PushLogEnd::Corrupt {
-            offset,
-            valid_frame_at,
-        } = scan.end()
-        {
-            return Err(PushLogError::Corrupt {
-                offset,
-                valid_frame_at,
-            });
-        }
+        scan.refuse_corruption()?;
         stager.flush()?;
         let (staged, frames_after, bytes_after) = (stager.file, stager.frames, stager.written);
         let report = |finished| CompactionReport {

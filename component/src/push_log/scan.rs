@@ -92,6 +92,21 @@ impl PushLogScan {
         self.end.unwrap_or(PushLogEnd::Clean)
     }
 
+    /// After the last frame: `Err(Corrupt)` if the log ended in middle corruption. For callers
+    /// that rewrite the log (compaction, sealing), which must not drop what lies behind it.
+    pub fn refuse_corruption(&self) -> Result<(), PushLogError> {
+        match self.end() {
+            PushLogEnd::Corrupt {
+                offset,
+                valid_frame_at,
+            } => Err(PushLogError::Corrupt {
+                offset,
+                valid_frame_at,
+            }),
+            _ => Ok(()),
+        }
+    }
+
     /// Whether the scan has ended.
     pub fn finished(&self) -> bool {
         self.end.is_some()

@@ -7,7 +7,7 @@ use arrow_array::cast::AsArray;
 use arrow_array::types::UInt64Type;
 use arrow_schema::{DataType, SchemaRef};
 
-use super::{PushLog, PushLogEnd, PushLogError, ipc};
+use super::{PushLog, PushLogError, ipc};
 
 /// The prefix of every sealed section's name.
 pub const SECTION_PREFIX: &str = "stele.push-log.";
@@ -26,16 +26,7 @@ impl ReservedSection {
         for frame in scan.by_ref() {
             split_pushes(&frame?.batch, &mut pushes);
         }
-        if let PushLogEnd::Corrupt {
-            offset,
-            valid_frame_at,
-        } = scan.end()
-        {
-            return Err(PushLogError::Corrupt {
-                offset,
-                valid_frame_at,
-            });
-        }
+        scan.refuse_corruption()?;
         Ok(ReservedSection {
             name: format!("{SECTION_PREFIX}{module_name}"),
             payload: ipc::encode_file(log.schema(), &pushes)?,
