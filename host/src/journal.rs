@@ -132,7 +132,7 @@ pub fn replay_blocking(
 }
 
 fn lost(why: &str) -> JournalError {
-    stele::journal::JournalError::NoHandle { why: why.into() }.into()
+    <HostJournal as BlockingJournal>::lost(why.into())
 }
 
 fn trapped(e: wasmtime::Error) -> SandboxError {

@@ -283,19 +283,16 @@ impl PushLog {
             Err(VfsError::NotFound) => return Ok(None),
             Err(e) => return Err(e.into()),
         };
-        let mut schema = None;
-        let mut first = true;
-        scan_frames(&*file, |offset, body| {
-            if first {
-                first = false;
-                schema = Some(
-                    ipc::decode_schema(body)
-                        .map_err(|why| PushLogError::MalformedFrame { offset, why })?,
-                );
-            }
-            Ok(())
-        })?;
-        Ok(schema)
+        // The first frame carries the schema: read no further.
+        let Ok(mut reader) = open_frames(&*file)? else {
+            return Ok(None);
+        };
+        match reader.next_frame(&*file)? {
+            Next::Frame { offset, body } => ipc::decode_schema(body)
+                .map(Some)
+                .map_err(|why| PushLogError::MalformedFrame { offset, why }),
+            Next::End(_) => Ok(None),
+        }
     }
 
     /// Recovers the log, streaming: the returned scan yields each frame's batch and offset in
@@ -385,10 +382,9 @@ impl PushLog {
         self.vfs.rename(&staged_path, &self.path)?;
         // The handle names the replaced file now: the next append reopens.
         state.file = None;
-        if finish == Finish::AfterRename {
-            return Ok(report(finish));
-        }
-        if finish == Finish::BeforeDirSync {
+        // Both leave the same disk state (renamed, directory not synced); the reference names
+        // the two crash points separately, so both stay.
+        if matches!(finish, Finish::AfterRename | Finish::BeforeDirSync) {
             return Ok(report(finish));
         }
         self.vfs.sync_dir(parent_dir(&self.path))?;
@@ -478,28 +474,39 @@ impl Stager<'_> {
     }
 }
 
+/// Checks a push-log file's header and returns a frame reader positioned after it, or, for a
+/// file without frames (empty, or shorter than a header), how its scan ends.
+pub(crate) fn open_frames(
+    file: &dyn VfsFile,
+) -> Result<Result<FrameReader, ScanEnd>, PushLogError> {
+    let len = file.len()?;
+    if len == 0 {
+        return Ok(Err(ScanEnd::Clean { end: 0 }));
+    }
+    if len < HEADER_BYTES as u64 {
+        // The header goes out with the first push, in the same synced write: a shorter file is
+        // a first push that never completed.
+        return Ok(Err(ScanEnd::TornTail {
+            valid_end: 0,
+            file_len: len,
+        }));
+    }
+    let mut header = [0u8; HEADER_BYTES];
+    file.read_exact_at(0, &mut header)?;
+    FileHeader::decode_expecting(&header, Family::PushLog, PUSH_LOG_VERSION)?;
+    Ok(Ok(FrameReader::new(HEADER_BYTES as u64, len)))
+}
+
 /// Walks the frames of a push-log file, checking the header; `on_frame` sees each frame's
 /// offset and body.
 pub(crate) fn scan_frames(
     file: &dyn VfsFile,
     mut on_frame: impl FnMut(u64, &[u8]) -> Result<(), PushLogError>,
 ) -> Result<ScanEnd, PushLogError> {
-    let len = file.len()?;
-    if len == 0 {
-        return Ok(ScanEnd::Clean { end: 0 });
-    }
-    if len < HEADER_BYTES as u64 {
-        // The header goes out with the first push, in the same synced write: a shorter file is
-        // a first push that never completed.
-        return Ok(ScanEnd::TornTail {
-            valid_end: 0,
-            file_len: len,
-        });
-    }
-    let mut header = [0u8; HEADER_BYTES];
-    file.read_exact_at(0, &mut header)?;
-    FileHeader::decode_expecting(&header, Family::PushLog, PUSH_LOG_VERSION)?;
-    let mut reader = FrameReader::new(HEADER_BYTES as u64, len);
+    let mut reader = match open_frames(file)? {
+        Ok(reader) => reader,
+        Err(end) => return Ok(end),
+    };
     loop {
         match reader.next_frame(file)? {
             Next::Frame { offset, body } => on_frame(offset, body)?,

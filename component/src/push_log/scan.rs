@@ -5,10 +5,9 @@ use arrow_array::RecordBatch;
 use arrow_schema::SchemaRef;
 
 use crate::frame::{FrameReader, Next, ScanEnd};
-use crate::header::{Family, FileHeader, HEADER_BYTES};
 use crate::vfs::{OpenMode, Vfs, VfsError, VfsFile};
 
-use super::{PUSH_LOG_VERSION, PushLogError, ipc};
+use super::{PushLogError, ipc};
 
 /// One recovered push (or, after compaction, a run of pushes).
 #[derive(Clone, Debug)]
@@ -66,25 +65,22 @@ impl PushLogScan {
             Err(VfsError::NotFound) => return Ok(empty(PushLogEnd::Clean)),
             Err(e) => return Err(e.into()),
         };
-        let len = file.len()?;
-        if len == 0 {
-            return Ok(empty(PushLogEnd::Clean));
+        match super::open_frames(&*file)? {
+            Ok(reader) => Ok(PushLogScan {
+                file: Some(file),
+                reader,
+                schema,
+                end: None,
+            }),
+            Err(ScanEnd::TornTail {
+                valid_end,
+                file_len,
+            }) => Ok(empty(PushLogEnd::TornTail {
+                valid_end,
+                file_len,
+            })),
+            Err(_) => Ok(empty(PushLogEnd::Clean)),
         }
-        if len < HEADER_BYTES as u64 {
-            return Ok(empty(PushLogEnd::TornTail {
-                valid_end: 0,
-                file_len: len,
-            }));
-        }
-        let mut header = [0u8; HEADER_BYTES];
-        file.read_exact_at(0, &mut header)?;
-        FileHeader::decode_expecting(&header, Family::PushLog, PUSH_LOG_VERSION)?;
-        Ok(PushLogScan {
-            file: Some(file),
-            reader: FrameReader::new(HEADER_BYTES as u64, len),
-            schema,
-            end: None,
-        })
     }
 
     /// How the log ended: `None` until the iterator has returned `None`.
