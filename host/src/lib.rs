@@ -31,7 +31,7 @@ mod wal;
 pub use journal::{
     Journal, JournalError, replay_blocking as replay_journal_blocking, replay_journal,
 };
-pub use push_log::{PushLog, PushLogCallError};
+pub use push_log::{PushLog, PushLogCallError, PushLogScan};
 pub use stele;
 pub use vfs_import::READ_BYTES_MAX;
 pub use wal::{AsyncWal, Wal, WalError, read_wal};

@@ -10,6 +10,7 @@
 //! Durability claims are the engine's ([`stele::push_log::PushLog::append`] and `compact`);
 //! they hold in every mode, because the guest issues the same syncs through its imports.
 
+use std::collections::VecDeque;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use arrow_array::RecordBatch;
@@ -191,54 +192,36 @@ impl PushLog {
         }
     }
 
-    /// Every frame of the log, in order, and how it ended. (Natively,
-    /// [`stele::push_log::PushLog::scan`] streams instead.)
-    pub fn scan_all(&self) -> Result<(Vec<ScannedFrame>, PushLogEnd), PushLogCallError> {
-        match &self.inner {
-            Inner::Native(log) => {
-                let mut scan = log.scan()?;
-                let frames = scan.by_ref().collect::<Result<Vec<_>, _>>()?;
-                Ok((frames, scan.end()))
-            }
+    /// A streamed scan: the log's frames in order, then how it ended ([`PushLogScan::end`]). Memory
+    /// stays bounded by a few frames in every mode; sandboxed, the guest hands frames over in
+    /// lists of at most 64 frames or about 4 MiB. A missing file is an empty, clean log.
+    pub fn scan(&self) -> Result<PushLogScan<'_>, PushLogCallError> {
+        let source = match &self.inner {
+            Inner::Native(log) => Source::Native(log.scan()?),
             Inner::Sandboxed(guest) => {
-                let scan = Self::guest(guest, |st, e, log| {
+                let handle = Self::guest(guest, |st, e, log| {
                     e.stele_log_push_log().log().call_scan(st, log)
                 })?;
-                let mut frames = Vec::new();
-                loop {
-                    let batch = Self::guest(guest, |st, e, _| {
-                        e.stele_log_push_log().scan().call_next_frames(st, scan, 64)
-                    })?;
-                    if batch.is_empty() {
-                        break;
-                    }
-                    for f in batch {
-                        let batch = ipc::decode_stream(&f.ipc_stream, &self.schema)
-                            .map_err(PushLogCallError::Arrow)?;
-                        frames.push(ScannedFrame {
-                            offset: f.offset,
-                            batch,
-                        });
-                    }
+                Source::Sandboxed {
+                    guest,
+                    handle: Some(handle),
+                    fetched: VecDeque::new(),
+                    end: None,
                 }
-                let end = Self::guest(guest, |st, e, _| {
-                    e.stele_log_push_log().scan().call_end(st, scan).map(Ok)
-                })?;
-                Self::guest(guest, |st, _, _| scan.resource_drop(st).map(Ok))?;
-                let end = match end {
-                    None | Some(wit::ScanEnd::Clean) => PushLogEnd::Clean,
-                    Some(wit::ScanEnd::TornTail(t)) => PushLogEnd::TornTail {
-                        valid_end: t.valid_end,
-                        file_len: t.file_len,
-                    },
-                    Some(wit::ScanEnd::Corrupt(d)) => PushLogEnd::Corrupt {
-                        offset: d.offset,
-                        valid_frame_at: d.valid_frame_at,
-                    },
-                };
-                Ok((frames, end))
             }
-        }
+        };
+        Ok(PushLogScan {
+            schema: &self.schema,
+            source,
+            failed: false,
+        })
+    }
+
+    /// Every frame of the log, in order, and how it ended: [`PushLog::scan`] collected.
+    pub fn scan_all(&self) -> Result<(Vec<ScannedFrame>, PushLogEnd), PushLogCallError> {
+        let mut scan = self.scan()?;
+        let frames = scan.by_ref().collect::<Result<Vec<_>, _>>()?;
+        Ok((frames, scan.end()))
     }
 
     /// How many whole frames the log holds.
@@ -316,6 +299,133 @@ impl PushLog {
                 name: s.name,
                 payload: s.payload,
             }),
+        }
+    }
+}
+
+/// How many frames a sandboxed scan asks the guest for at once; the guest also stops near 4 MiB.
+const SCAN_FRAMES_PER_CALL: u32 = 64;
+
+/// A streamed scan of a [`PushLog`], from [`PushLog::scan`]. Yields each frame's batch and
+/// offset; after the last one, [`PushLogScan::end`] says how the log ended. The first error ends it.
+pub struct PushLogScan<'a> {
+    schema: &'a SchemaRef,
+    source: Source<'a>,
+    failed: bool,
+}
+
+enum Source<'a> {
+    Native(engine::PushLogScan),
+    Sandboxed {
+        guest: &'a Mutex<GuestLog>,
+        /// The guest's scan resource, until the scan ends (or the scan is dropped).
+        handle: Option<ResourceAny>,
+        fetched: VecDeque<wit::ScannedFrame>,
+        end: Option<PushLogEnd>,
+    },
+}
+
+impl std::fmt::Debug for PushLogScan<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PushLogScan")
+            .field("end", &self.end())
+            .finish_non_exhaustive()
+    }
+}
+
+impl PushLogScan<'_> {
+    /// How the log ended: clean, a torn tail (not yet cut) or middle corruption. Final once the
+    /// iterator has returned `None`; [`PushLogEnd::Clean`] before that.
+    pub fn end(&self) -> PushLogEnd {
+        match &self.source {
+            Source::Native(scan) => scan.end(),
+            Source::Sandboxed { end, .. } => end.unwrap_or(PushLogEnd::Clean),
+        }
+    }
+
+    fn next_sandboxed(&mut self) -> Option<Result<ScannedFrame, PushLogCallError>> {
+        let Source::Sandboxed {
+            guest,
+            handle,
+            fetched,
+            end,
+        } = &mut self.source
+        else {
+            unreachable!("next_sandboxed is only called on a sandboxed source")
+        };
+        if fetched.is_empty() {
+            let scan = (*handle)?;
+            let frames = PushLog::guest(guest, |st, e, _| {
+                e.stele_log_push_log()
+                    .scan()
+                    .call_next_frames(st, scan, SCAN_FRAMES_PER_CALL)
+            });
+            match frames {
+                Ok(frames) if frames.is_empty() => {
+                    let found = PushLog::guest(guest, |st, e, _| {
+                        e.stele_log_push_log().scan().call_end(st, scan).map(Ok)
+                    });
+                    close(guest, handle);
+                    *end = Some(match found {
+                        Ok(None | Some(wit::ScanEnd::Clean)) => PushLogEnd::Clean,
+                        Ok(Some(wit::ScanEnd::TornTail(t))) => PushLogEnd::TornTail {
+                            valid_end: t.valid_end,
+                            file_len: t.file_len,
+                        },
+                        Ok(Some(wit::ScanEnd::Corrupt(d))) => PushLogEnd::Corrupt {
+                            offset: d.offset,
+                            valid_frame_at: d.valid_frame_at,
+                        },
+                        Err(e) => return Some(Err(e)),
+                    });
+                    return None;
+                }
+                Ok(frames) => fetched.extend(frames),
+                Err(e) => {
+                    close(guest, handle);
+                    return Some(Err(e));
+                }
+            }
+        }
+        let frame = fetched.pop_front()?;
+        Some(
+            ipc::decode_stream(&frame.ipc_stream, self.schema)
+                .map(|batch| ScannedFrame {
+                    offset: frame.offset,
+                    batch,
+                })
+                .map_err(PushLogCallError::Arrow),
+        )
+    }
+}
+
+/// Drops the guest's scan resource once; a trap here is already sticky on the instance.
+fn close(guest: &Mutex<GuestLog>, handle: &mut Option<ResourceAny>) {
+    if let Some(scan) = handle.take() {
+        let _ = PushLog::guest(guest, |st, _, _| scan.resource_drop(st).map(Ok));
+    }
+}
+
+impl Iterator for PushLogScan<'_> {
+    type Item = Result<ScannedFrame, PushLogCallError>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.failed {
+            return None;
+        }
+        let item = match &mut self.source {
+            Source::Native(scan) => scan.next().map(|r| r.map_err(PushLogCallError::from)),
+            Source::Sandboxed { .. } => self.next_sandboxed(),
+        };
+        self.failed = matches!(item, Some(Err(_)));
+        item
+    }
+}
+
+impl Drop for PushLogScan<'_> {
+    fn drop(&mut self) {
+        if let Source::Sandboxed { guest, handle, .. } = &mut self.source {
+            close(guest, handle);
         }
     }
 }

@@ -160,8 +160,43 @@ fn second_writer_is_refused(mode: Mode) {
     }
 }
 
+/// 150 pushes span three of the guest's 64-frame lists. A scan dropped halfway releases the
+/// guest's scan resource, and the log goes on taking pushes and scanning whole.
+fn a_streamed_scan_crosses_lists_and_can_stop_early(mode: Mode) {
+    let root = TempRoot::new();
+    let log = open(&root, mode);
+    let offsets: Vec<u64> = (1..=150)
+        .map(|seq| log.append(&push(seq, &[("r", Some("x"))])).unwrap())
+        .collect();
+    let mut scan = log.scan().unwrap();
+    let first_half: Vec<u64> = scan.by_ref().take(75).map(|f| f.unwrap().offset).collect();
+    assert_eq!(first_half, offsets[..75]);
+    assert_eq!(scan.end(), PushLogEnd::Clean, "not final yet, and says so");
+    drop(scan);
+
+    let last = log.append(&push(151, &[("r", Some("y"))])).unwrap();
+    let mut scan = log.scan().unwrap();
+    let mut seen = Vec::new();
+    for frame in scan.by_ref() {
+        let frame = frame.unwrap();
+        let seq = frame
+            .batch
+            .column(2)
+            .as_any()
+            .downcast_ref::<UInt64Array>()
+            .unwrap()
+            .value(0);
+        seen.push((frame.offset, seq));
+    }
+    assert_eq!(scan.end(), PushLogEnd::Clean);
+    let expected: Vec<(u64, u64)> = offsets.iter().copied().chain([last]).zip(1..).collect();
+    assert_eq!(seen, expected);
+    assert!(scan.next().is_none(), "an ended scan stays ended");
+}
+
 every_mode!(
     pushes_scan_back_compact_and_seal,
+    a_streamed_scan_crosses_lists_and_can_stop_early,
     another_schema_is_a_typed_error_and_writes_nothing,
     torn_tail_is_reported_and_cut_corruption_refused,
     compaction_stopped_before_the_rename_leaves_the_old_log,

@@ -79,6 +79,10 @@ fn report(r: CompactionReport) -> wit::CompactionReport {
 /// host lifts in one call (each frame is at most one frame body, 64 MiB).
 const SCAN_FRAMES_PER_CALL_MAX: u32 = 64;
 
+/// A call stops adding frames once its list holds this many bytes, so a streamed scan of large
+/// frames keeps one frame per call in flight, not 64 (the host holds the list while it decodes).
+const SCAN_BYTES_PER_CALL_TARGET: usize = 4 << 20;
+
 impl wit::Guest for Component {
     type Log = GuestLog;
     type Scan = GuestScan;
@@ -88,11 +92,16 @@ impl wit::GuestScan for GuestScan {
     fn next_frames(&self, max_frames: u32) -> Result<Vec<wit::ScannedFrame>, wit::PushLogError> {
         let mut scan = self.0.borrow_mut();
         let mut out = Vec::new();
+        let mut bytes = 0;
         for _ in 0..max_frames.clamp(1, SCAN_FRAMES_PER_CALL_MAX) {
+            if bytes >= SCAN_BYTES_PER_CALL_TARGET {
+                break;
+            }
             let Some(frame) = scan.next() else { break };
             let frame = frame.map_err(error)?;
             let ipc_stream =
                 ipc::encode_stream(&frame.batch).map_err(|e| error(PushLogError::Arrow(e)))?;
+            bytes += ipc_stream.len();
             out.push(wit::ScannedFrame {
                 offset: frame.offset,
                 ipc_stream,

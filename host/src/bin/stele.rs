@@ -13,6 +13,9 @@ use stele_host::fs::RealFs;
 use stele_host::{Journal, Mode, Wal, read_wal, replay_journal};
 
 mod bench;
+mod push_log_cmd;
+
+use push_log_cmd::{PushLogCommand, push_log_command};
 
 /// Stele: durable append-only logs, native or sandboxed in a WebAssembly component.
 #[derive(Parser)]
@@ -177,43 +180,6 @@ enum JournalCommand {
         path: PathBuf,
         #[arg(long, value_enum, default_value = "native")]
         mode: ModeArg,
-    },
-}
-
-#[derive(Subcommand)]
-enum PushLogCommand {
-    /// Print every frame (offset, rows, the refs it sets when the log has the refs schema) and
-    /// how the log ends. Read-only.
-    Scan {
-        /// The push-log file.
-        path: PathBuf,
-        #[arg(long, value_enum, default_value = "native")]
-        mode: ModeArg,
-    },
-    /// Fold every frame into one, atomically (staged at `PATH.compacting`, fsynced, renamed
-    /// over, directory fsynced). Takes the writer's lock.
-    Compact {
-        path: PathBuf,
-        #[arg(long, value_enum, default_value = "native")]
-        mode: ModeArg,
-    },
-    /// Seal the log into a WebAssembly module (or component) as the custom section
-    /// `stele.push-log.NAME`: an Arrow IPC file with one batch per push. FILE is replaced
-    /// atomically; a section of the same name already in it is refused.
-    Seal {
-        /// The push-log file.
-        log: PathBuf,
-        /// The module name the section is sealed for.
-        #[arg(long)]
-        module: String,
-        /// The WebAssembly file to append the section to.
-        #[arg(long)]
-        into: PathBuf,
-    },
-    /// Read the push-log sections of a WebAssembly file back: each section's pushes.
-    Unseal {
-        /// The WebAssembly file.
-        file: PathBuf,
     },
 }
 
@@ -413,144 +379,8 @@ fn journal_write(path: &std::path::Path, mode: Mode, op: Option<JournalOp>) -> R
     })
 }
 
-fn push_log_command(command: PushLogCommand) -> Result<()> {
-    match command {
-        PushLogCommand::Scan { path, mode } => {
-            let log = open_push_log(&path, mode.into())?;
-            let shown = path.display();
-            let (frames, end) = log.scan_all().with_context(|| format!("{shown}"))?;
-            let refs_schema = log.schema().fields() == stele::push_log::refs::schema().fields();
-            for frame in &frames {
-                println!("frame @{} rows={}", frame.offset, frame.batch.num_rows());
-            }
-            if refs_schema {
-                let table = stele::push_log::refs::fold(frames.iter().map(|f| &f.batch))?;
-                println!("refs: {}", table.len());
-                for (name, entry) in &table {
-                    println!(
-                        "  {name} -> {} (push {}, {} ms)",
-                        entry.target, entry.push_seq, entry.updated_ms
-                    );
-                }
-            }
-            println!("frames={} end={end:?}", frames.len());
-            Ok(())
-        }
-        PushLogCommand::Compact { path, mode } => {
-            let log = open_push_log(&path, mode.into())?;
-            let r = log
-                .compact()
-                .with_context(|| format!("{}", path.display()))?;
-            println!(
-                "{}: {} frames ({} B) compacted to {} ({} B), {} rows",
-                path.display(),
-                r.frames_before,
-                r.bytes_before,
-                r.frames_after,
-                r.bytes_after,
-                r.rows
-            );
-            Ok(())
-        }
-        PushLogCommand::Seal { log, module, into } => {
-            let pushes = open_push_log(&log, Mode::Native)?;
-            let section = pushes
-                .seal_section(&module)
-                .with_context(|| format!("{}", log.display()))?;
-            let wasm = std::fs::read(&into).with_context(|| format!("{}", into.display()))?;
-            let sealed =
-                sealed_module(&wasm, &section).with_context(|| format!("{}", into.display()))?;
-            let staged = into.with_extension("wasm.sealing");
-            std::fs::write(&staged, &sealed).with_context(|| format!("{}", staged.display()))?;
-            std::fs::File::open(&staged)?.sync_all()?;
-            std::fs::rename(&staged, &into).with_context(|| format!("{}", into.display()))?;
-            println!(
-                "{}: sealed {} ({} B of Arrow IPC file) into {}",
-                log.display(),
-                section.name,
-                section.payload.len(),
-                into.display()
-            );
-            Ok(())
-        }
-        PushLogCommand::Unseal { file } => {
-            let wasm = std::fs::read(&file).with_context(|| format!("{}", file.display()))?;
-            let sections =
-                push_log_sections(&wasm).with_context(|| format!("{}", file.display()))?;
-            if sections.is_empty() {
-                bail!("{}: no stele.push-log section", file.display());
-            }
-            for section in sections {
-                let (schema, pushes) = section
-                    .pushes()
-                    .with_context(|| format!("{}: section {}", file.display(), section.name))?;
-                println!(
-                    "{}: {} pushes, {} rows, schema [{}]",
-                    section.name,
-                    pushes.len(),
-                    pushes.iter().map(|b| b.num_rows()).sum::<usize>(),
-                    schema
-                        .fields()
-                        .iter()
-                        .map(|f| format!("{}: {}", f.name(), f.data_type()))
-                        .collect::<Vec<_>>()
-                        .join(", ")
-                );
-                for (i, push) in pushes.iter().enumerate() {
-                    println!("  push {i}: {} rows", push.num_rows());
-                }
-            }
-            Ok(())
-        }
-    }
-}
-
-fn open_push_log(path: &std::path::Path, mode: Mode) -> Result<stele_host::PushLog> {
-    let (fs, name) = root_and_name(path)?;
-    let schema = stele::push_log::PushLog::detect_schema(&*fs, &name)
-        .with_context(|| format!("{}", path.display()))?
-        .with_context(|| format!("{}: no frames, so no schema to read", path.display()))?;
-    Ok(stele_host::PushLog::new(fs, &name, schema, mode)?)
-}
-
-/// `wasm` with `section` appended as a custom section. Custom sections may follow the last
-/// section of a module or a component, so nothing else changes.
-fn sealed_module(wasm: &[u8], section: &stele::push_log::ReservedSection) -> Result<Vec<u8>> {
-    if push_log_sections(wasm)?
-        .iter()
-        .any(|s| s.name == section.name)
-    {
-        bail!("already holds a section named {}", section.name);
-    }
-    let mut out = wasm.to_vec();
-    use wasm_encoder::Section;
-    wasm_encoder::CustomSection {
-        name: section.name.as_str().into(),
-        data: section.payload.as_slice().into(),
-    }
-    .append_to(&mut out);
-    Ok(out)
-}
-
-/// The `stele.push-log.*` custom sections of a module or component.
-fn push_log_sections(wasm: &[u8]) -> Result<Vec<stele::push_log::ReservedSection>> {
-    let mut found = Vec::new();
-    for payload in wasmparser::Parser::new(0).parse_all(wasm) {
-        if let wasmparser::Payload::CustomSection(reader) =
-            payload.context("not a valid WebAssembly file")?
-            && reader.name().starts_with(stele::push_log::SECTION_PREFIX)
-        {
-            found.push(stele::push_log::ReservedSection {
-                name: reader.name().to_owned(),
-                payload: reader.data().to_vec(),
-            });
-        }
-    }
-    Ok(found)
-}
-
 /// Splits a path into a Vfs root (its directory) and the file name inside it.
-fn root_and_name(path: &std::path::Path) -> Result<(Arc<RealFs>, String)> {
+pub(crate) fn root_and_name(path: &std::path::Path) -> Result<(Arc<RealFs>, String)> {
     let dir = match path.parent() {
         Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
         _ => PathBuf::from("."),
