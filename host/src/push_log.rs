@@ -387,6 +387,8 @@ impl PushLogScan<'_> {
                 }
             }
         }
+        // The guest forwards frame bodies undecoded (checksums verified): decoding them here
+        // is the schema check, exactly as a native scan does it.
         let frame = fetched.pop_front()?;
         Some(
             ipc::decode_stream(&frame.ipc_stream, self.schema)
@@ -394,7 +396,13 @@ impl PushLogScan<'_> {
                     offset: frame.offset,
                     batch,
                 })
-                .map_err(PushLogCallError::Arrow),
+                .map_err(|why| {
+                    PushLogError::MalformedFrame {
+                        offset: frame.offset,
+                        why,
+                    }
+                    .into()
+                }),
         )
     }
 }

@@ -194,8 +194,45 @@ fn a_streamed_scan_crosses_lists_and_can_stop_early(mode: Mode) {
     assert!(scan.next().is_none(), "an ended scan stays ended");
 }
 
+/// A frame whose checksum holds but whose body is another schema's batch: every mode reports
+/// `MalformedFrame` at its offset and stops (sandboxed, the host decodes what the guest hands
+/// over, so this is the host's own check).
+fn a_checksummed_frame_of_another_schema_is_malformed(mode: Mode) {
+    let root = TempRoot::new();
+    open(&root, mode)
+        .append(&push(1, &[("a", Some("1"))]))
+        .unwrap();
+    let other = RecordBatch::try_new(
+        Arc::new(arrow_schema::Schema::new(vec![arrow_schema::Field::new(
+            "x",
+            arrow_schema::DataType::Int64,
+            false,
+        )])),
+        vec![Arc::new(Int64Array::from(vec![7]))],
+    )
+    .unwrap();
+    let mut bytes = root.read("refs.log");
+    let second = bytes.len() as u64;
+    let body = stele::push_log::ipc::encode_stream(&other).unwrap();
+    stele::frame::push_frame(&mut bytes, |out| out.extend_from_slice(&body));
+    root.write("refs.log", &bytes);
+    let log = open(&root, mode);
+    let mut scan = log.scan().unwrap();
+    assert_eq!(scan.next().unwrap().unwrap().offset, 32);
+    let err = scan.next().unwrap().unwrap_err();
+    assert!(
+        matches!(
+            &err,
+            PushLogCallError::PushLog(PushLogError::MalformedFrame { offset, .. }) if *offset == second
+        ),
+        "{err}"
+    );
+    assert!(scan.next().is_none());
+}
+
 every_mode!(
     pushes_scan_back_compact_and_seal,
+    a_checksummed_frame_of_another_schema_is_malformed,
     a_streamed_scan_crosses_lists_and_can_stop_early,
     another_schema_is_a_typed_error_and_writes_nothing,
     torn_tail_is_reported_and_cut_corruption_refused,

@@ -45,6 +45,7 @@ fn error(err: PushLogError) -> wit::PushLogError {
             rolled_back,
         }),
         PushLogError::Arrow(e) => E::Arrow(e.to_string()),
+        PushLogError::BadPush(why) => E::Arrow(why),
     }
 }
 
@@ -97,14 +98,15 @@ impl wit::GuestScan for GuestScan {
             if bytes >= SCAN_BYTES_PER_CALL_TARGET {
                 break;
             }
-            let Some(frame) = scan.next() else { break };
-            let frame = frame.map_err(error)?;
-            let ipc_stream =
-                ipc::encode_stream(&frame.batch).map_err(|e| error(PushLogError::Arrow(e)))?;
-            bytes += ipc_stream.len();
+            // The body goes over as stored: the host decodes it against the schema itself (it
+            // must check whatever a guest hands it anyway), so decoding here too would only
+            // double the work.
+            let Some(frame) = scan.next_body() else { break };
+            let (offset, body) = frame.map_err(error)?;
+            bytes += body.len();
             out.push(wit::ScannedFrame {
-                offset: frame.offset,
-                ipc_stream,
+                offset,
+                ipc_stream: body.to_vec(),
             });
         }
         Ok(out)
@@ -143,8 +145,7 @@ impl wit::GuestLog for GuestLog {
     }
 
     fn append(&self, batch_ipc: Vec<u8>) -> Result<u64, wit::PushLogError> {
-        let batch = ipc::decode_one(&batch_ipc).map_err(wit::PushLogError::Arrow)?;
-        self.0.append(&batch).map_err(error)
+        self.0.append_ipc(&batch_ipc).map_err(error)
     }
 
     fn scan(&self) -> Result<wit::Scan, wit::PushLogError> {

@@ -24,8 +24,9 @@ pub fn encode_stream(batch: &RecordBatch) -> Result<Vec<u8>, ArrowError> {
 }
 
 /// Walks the messages of an IPC stream in `bytes` and checks that every length it declares
-/// lies within `bytes`. Pure: no allocation.
-pub fn check_stream_lengths(bytes: &[u8]) -> Result<(), &'static str> {
+/// lies within `bytes`. Returns where the stream ends: the byte after its end-of-stream marker.
+/// Pure: no allocation.
+pub fn check_stream_lengths(bytes: &[u8]) -> Result<usize, &'static str> {
     let mut at = 0usize;
     loop {
         let rest = &bytes[at..];
@@ -35,7 +36,7 @@ pub fn check_stream_lengths(bytes: &[u8]) -> Result<(), &'static str> {
             _ => return Err("IPC stream ends without an end-of-stream marker"),
         };
         if meta_len == 0 {
-            return Ok(());
+            return Ok(at + prefix);
         }
         let meta_len = usize::try_from(meta_len).map_err(|_| "negative IPC metadata length")?;
         let meta = rest
@@ -56,9 +57,12 @@ pub fn check_stream_lengths(bytes: &[u8]) -> Result<(), &'static str> {
     }
 }
 
-/// Decodes an IPC stream that holds exactly one batch, of whatever schema.
+/// Decodes an IPC stream that holds exactly one batch, of whatever schema, and nothing after
+/// its end-of-stream marker (so the bytes can be stored as a frame body as they are).
 pub fn decode_one(body: &[u8]) -> Result<RecordBatch, String> {
-    check_stream_lengths(body).map_err(str::to_owned)?;
+    if check_stream_lengths(body)? != body.len() {
+        return Err("bytes follow the IPC end-of-stream marker".into());
+    }
     let mut reader = StreamReader::try_new(Cursor::new(body), None).map_err(|e| e.to_string())?;
     let batch = reader
         .next()

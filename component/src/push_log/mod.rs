@@ -73,6 +73,10 @@ pub enum PushLogError {
     /// (`rolled_back`), or, if that failed too, the next append cuts it first.
     #[error("append failed ({cause}); rolled back: {rolled_back}")]
     AppendFailed { cause: VfsError, rolled_back: bool },
+    /// The bytes given to [`PushLog::append_ipc`] are not one Arrow IPC batch; nothing was
+    /// written.
+    #[error("the pushed bytes are not one Arrow IPC batch: {0}")]
+    BadPush(String),
     #[error("arrow: {0}")]
     Arrow(#[from] arrow_schema::ArrowError),
 }
@@ -185,13 +189,28 @@ impl PushLog {
                 found: format!("{:?}", batch.schema()),
             });
         }
-        let body = ipc::encode_stream(batch)?;
-        if body.len() > frame::BODY_BYTES_MAX {
-            return Err(PushLogError::PushTooLarge {
-                bytes: body.len(),
-                max: frame::BODY_BYTES_MAX,
+        self.append_body(&ipc::encode_stream(batch)?)
+    }
+
+    /// [`PushLog::append`] for a push that arrives as Arrow IPC stream bytes (a schema message,
+    /// one batch, the end-of-stream marker), as it does across the component boundary. The
+    /// bytes are decoded and checked (one batch, the log's schema, nothing after the marker;
+    /// else [`PushLogError::BadPush`] or [`PushLogError::SchemaMismatch`], before any I/O), then
+    /// stored as the frame body as they are, saving a re-encode. Same durability as `append`.
+    pub fn append_ipc(&self, stream: &[u8]) -> Result<u64, PushLogError> {
+        check_push_size(stream.len())?;
+        let batch = ipc::decode_one(stream).map_err(PushLogError::BadPush)?;
+        if batch.schema_ref().fields() != self.schema.fields() {
+            return Err(PushLogError::SchemaMismatch {
+                found: format!("{:?}", batch.schema()),
             });
         }
+        self.append_body(stream)
+    }
+
+    /// Writes one frame holding `body`, a checked IPC stream of the log's schema, and syncs it.
+    fn append_body(&self, body: &[u8]) -> Result<u64, PushLogError> {
+        check_push_size(body.len())?;
         let mut state = lock_state(&self.writer);
         self.ensure_open(&mut state)?;
         let start = state.clean_end;
@@ -200,7 +219,7 @@ impl PushLog {
             bytes.extend_from_slice(&push_log_header());
         }
         let frame_at = start + bytes.len() as u64;
-        frame::push_frame(&mut bytes, |out| out.extend_from_slice(&body));
+        frame::push_frame(&mut bytes, |out| out.extend_from_slice(body));
         let fail = |state: &mut WriterState, cause: VfsError| {
             let file = state.file.as_ref().expect("opened above");
             let rolled_back = file.set_len(start).is_ok();
@@ -455,13 +474,8 @@ impl Stager<'_> {
         self.pending_bytes = 0;
         let body = ipc::encode_stream(&merged)?;
         drop(merged);
-        if body.len() > frame::BODY_BYTES_MAX {
-            // Only a single push near the frame limit can grow past it in re-encoding.
-            return Err(PushLogError::PushTooLarge {
-                bytes: body.len(),
-                max: frame::BODY_BYTES_MAX,
-            });
-        }
+        // Only a single push near the frame limit can grow past it in re-encoding.
+        check_push_size(body.len())?;
         let mut bytes = Vec::with_capacity(HEADER_BYTES + frame::FRAME_HEADER_BYTES + body.len());
         if self.written == 0 {
             bytes.extend_from_slice(&push_log_header());
@@ -476,6 +490,16 @@ impl Stager<'_> {
 
 /// Checks a push-log file's header and returns a frame reader positioned after it, or, for a
 /// file without frames (empty, or shorter than a header), how its scan ends.
+fn check_push_size(bytes: usize) -> Result<(), PushLogError> {
+    if bytes > frame::BODY_BYTES_MAX {
+        return Err(PushLogError::PushTooLarge {
+            bytes,
+            max: frame::BODY_BYTES_MAX,
+        });
+    }
+    Ok(())
+}
+
 pub(crate) fn open_frames(
     file: &dyn VfsFile,
 ) -> Result<Result<FrameReader, ScanEnd>, PushLogError> {

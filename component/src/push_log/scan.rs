@@ -109,48 +109,70 @@ impl PushLogScan {
     }
 }
 
+impl PushLogScan {
+    /// The next frame as stored: its offset and body (an Arrow IPC stream), checksum verified
+    /// but not decoded. For a driver that forwards frames to a decoder of its own (the component
+    /// hands them to the host, which decodes them with [`ipc::decode_stream`] and reports a
+    /// failure as [`PushLogError::MalformedFrame`]). The body borrows the scan's window.
+    pub fn next_body(&mut self) -> Option<Result<(u64, &[u8]), PushLogError>> {
+        next_body(self.file.as_deref(), &mut self.reader, &mut self.end)
+    }
+}
+
+fn next_body<'r>(
+    file: Option<&dyn VfsFile>,
+    reader: &'r mut FrameReader,
+    end: &mut Option<PushLogEnd>,
+) -> Option<Result<(u64, &'r [u8]), PushLogError>> {
+    if end.is_some() {
+        return None;
+    }
+    let step = match reader.next_frame(file?) {
+        Ok(step) => step,
+        Err(e) => {
+            *end = Some(PushLogEnd::Clean);
+            return Some(Err(e.into()));
+        }
+    };
+    match step {
+        Next::Frame { offset, body } => Some(Ok((offset, body))),
+        Next::End(found) => {
+            *end = Some(match found {
+                ScanEnd::Clean { .. } => PushLogEnd::Clean,
+                ScanEnd::TornTail {
+                    valid_end,
+                    file_len,
+                } => PushLogEnd::TornTail {
+                    valid_end,
+                    file_len,
+                },
+                ScanEnd::Corrupt {
+                    offset,
+                    valid_frame_at,
+                } => PushLogEnd::Corrupt {
+                    offset,
+                    valid_frame_at,
+                },
+            });
+            None
+        }
+    }
+}
+
 impl Iterator for PushLogScan {
     type Item = Result<ScannedFrame, PushLogError>;
 
     fn next(&mut self) -> Option<Self::Item> {
-        if self.end.is_some() {
-            return None;
-        }
-        let file = self.file.as_deref()?;
-        let step = match self.reader.next_frame(file) {
-            Ok(step) => step,
-            Err(e) => {
+        let (offset, decoded) =
+            match next_body(self.file.as_deref(), &mut self.reader, &mut self.end)? {
+                Ok((offset, body)) => (offset, ipc::decode_stream(body, &self.schema)),
+                Err(e) => return Some(Err(e)),
+            };
+        match decoded {
+            Ok(batch) => Some(Ok(ScannedFrame { offset, batch })),
+            Err(why) => {
                 self.end = Some(PushLogEnd::Clean);
-                return Some(Err(e.into()));
-            }
-        };
-        match step {
-            Next::Frame { offset, body } => match ipc::decode_stream(body, &self.schema) {
-                Ok(batch) => Some(Ok(ScannedFrame { offset, batch })),
-                Err(why) => {
-                    self.end = Some(PushLogEnd::Clean);
-                    Some(Err(PushLogError::MalformedFrame { offset, why }))
-                }
-            },
-            Next::End(end) => {
-                self.end = Some(match end {
-                    ScanEnd::Clean { .. } => PushLogEnd::Clean,
-                    ScanEnd::TornTail {
-                        valid_end,
-                        file_len,
-                    } => PushLogEnd::TornTail {
-                        valid_end,
-                        file_len,
-                    },
-                    ScanEnd::Corrupt {
-                        offset,
-                        valid_frame_at,
-                    } => PushLogEnd::Corrupt {
-                        offset,
-                        valid_frame_at,
-                    },
-                });
-                None
+                Some(Err(PushLogError::MalformedFrame { offset, why }))
             }
         }
     }

@@ -154,6 +154,57 @@ fn damage_before_a_valid_frame_is_corruption_and_refused() {
 }
 
 #[test]
+fn append_ipc_stores_a_checked_stream_as_it_is_and_refuses_anything_else() {
+    let vfs = MemVfs::new();
+    let log = log(&vfs);
+    let stream = ipc::encode_stream(&push(1, &[("main", Some("c1"))])).unwrap();
+    let mut trailing = stream.clone();
+    trailing.extend_from_slice(b"junk");
+    let mut two = ipc::encode_stream(&push(2, &[])).unwrap();
+    two.truncate(two.len() - 8);
+    two.extend_from_slice(&stream[ipc::encode_schema(&refs::schema()).unwrap().len() - 8..]);
+    for (bad, why) in [
+        (&trailing[..], "bytes follow"),
+        (&two[..], "more than one batch"),
+        (&stream[..stream.len() - 8], "end-of-stream"),
+    ] {
+        let err = log.append_ipc(bad).unwrap_err();
+        assert!(
+            matches!(&err, PushLogError::BadPush(w) if w.contains(why)),
+            "{why}: {err}"
+        );
+    }
+    let other = ipc::encode_stream(
+        &RecordBatch::try_new(
+            Arc::new(arrow_schema::Schema::new(vec![arrow_schema::Field::new(
+                "x",
+                arrow_schema::DataType::Int64,
+                false,
+            )])),
+            vec![Arc::new(Int64Array::from(vec![1]))],
+        )
+        .unwrap(),
+    )
+    .unwrap();
+    assert!(matches!(
+        log.append_ipc(&other),
+        Err(PushLogError::SchemaMismatch { .. })
+    ));
+    assert_eq!(vfs.contents("refs.log"), None, "nothing written");
+
+    assert_eq!(log.append_ipc(&stream).unwrap(), 32);
+    let file = vfs.contents("refs.log").unwrap();
+    assert_eq!(
+        &file[32 + frame::FRAME_HEADER_BYTES..],
+        &stream[..],
+        "stored as it is"
+    );
+    let mut scan = log.scan().unwrap();
+    assert_eq!(scan.next_body().unwrap().unwrap(), (32, &stream[..]));
+    assert_eq!(batches(&log), [push(1, &[("main", Some("c1"))])]);
+}
+
+#[test]
 fn a_valid_frame_that_is_not_ipc_is_a_typed_error_not_an_allocation() {
     let vfs = MemVfs::new();
     let mut bytes = FileHeader {

@@ -18,6 +18,7 @@ pub struct BenchArgs {
     pub json: Option<std::path::PathBuf>,
     pub workloads: Vec<Workload>,
     pub journal_appends: usize,
+    pub pushes: usize,
 }
 
 /// Which tables `stele bench` runs.
@@ -27,6 +28,9 @@ pub enum Workload {
     Wal,
     /// Journal append latency, one writer, against tokio::fs write_all + sync_data.
     Journal,
+    /// Push-log appends (10,000-row batches, each fsynced) and scans, against a raw arrow-ipc
+    /// StreamWriter + fdatasync and StreamReader.
+    PushLog,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -204,6 +208,9 @@ pub fn run(dir: &Path, args: &BenchArgs) -> Result<()> {
     }
     if args.workloads.contains(&Workload::Journal) {
         journal_table(dir, args, json.as_mut())?;
+    }
+    if args.workloads.contains(&Workload::PushLog) {
+        push_log_table(dir, args, json.as_mut())?;
     }
     Ok(())
 }
@@ -402,6 +409,188 @@ fn journal_table(dir: &Path, args: &BenchArgs, json: Option<&mut std::fs::File>)
                 r.records_per_s() * frames.len() as f64 / 1e6,
                 r.percentile(0.5),
                 r.percentile(0.99),
+            )?;
+        }
+    }
+    Ok(())
+}
+
+/// Rows per pushed batch in the push-log table: the size the issue quotes figures for.
+const PUSH_ROWS: usize = 10_000;
+
+/// One batch of the ref-table schema, about 1 MiB of Arrow data: 10,000 refs, each with a
+/// 40-hex-digit target.
+fn push_batch() -> Result<arrow_array::RecordBatch> {
+    use arrow_array::{Int64Array, StringArray, UInt64Array};
+    Ok(arrow_array::RecordBatch::try_new(
+        stele::push_log::refs::schema(),
+        vec![
+            Arc::new(StringArray::from_iter_values(
+                (0..PUSH_ROWS).map(|i| format!("refs/heads/branch-{i:06}")),
+            )),
+            Arc::new(StringArray::from_iter_values(
+                (0..PUSH_ROWS).map(|i| format!("{:040x}", i * 7919)),
+            )),
+            Arc::new(UInt64Array::from(vec![1u64; PUSH_ROWS])),
+            Arc::new(Int64Array::from(vec![1_700_000_000_000i64; PUSH_ROWS])),
+        ],
+    )?)
+}
+
+enum PushSystem {
+    /// The peer: one arrow-ipc `StreamWriter` on an appending file; each push is
+    /// `write` + `flush` + `fdatasync`. No framing, no checksum, no recovery.
+    ArrowIpc(arrow_ipc::writer::StreamWriter<std::fs::File>),
+    Stele(stele_host::PushLog),
+}
+
+/// Push-log throughput, one writer: appends of `PUSH_ROWS`-row batches made durable, then a
+/// full scan of what was written, the systems alternated in rounds. MB/s counts the batch's
+/// Arrow IPC bytes (the same for every system), so the ratios are throughput ratios.
+fn push_log_table(dir: &Path, args: &BenchArgs, json: Option<&mut std::fs::File>) -> Result<()> {
+    const ROUND: usize = 4;
+    let pushes = args.pushes.max(ROUND) / ROUND * ROUND;
+    let batch = push_batch()?;
+    let ipc_bytes = stele::push_log::ipc::encode_stream(&batch)
+        .map_err(|e| anyhow::anyhow!("{e}"))?
+        .len();
+    let fs: Arc<RealFs> = Arc::new(RealFs::open_root(dir)?);
+    let names = [
+        "bench-arrow-ipc.stream",
+        "bench-native.pushlog",
+        "bench-sandboxed.pushlog",
+    ];
+    for name in names {
+        let _ = std::fs::remove_file(dir.join(name));
+    }
+    let mut systems = vec![
+        (
+            "arrow-ipc StreamWriter + fdatasync",
+            "raw",
+            PushSystem::ArrowIpc(arrow_ipc::writer::StreamWriter::try_new(
+                std::fs::File::create(dir.join(names[0]))?,
+                &batch.schema(),
+            )?),
+        ),
+        (
+            "stele",
+            "native",
+            PushSystem::Stele(stele_host::PushLog::new(
+                fs.clone(),
+                names[1],
+                batch.schema(),
+                Mode::Native,
+            )?),
+        ),
+        (
+            "stele",
+            "sandboxed",
+            PushSystem::Stele(stele_host::PushLog::new(
+                fs.clone(),
+                names[2],
+                batch.schema(),
+                Mode::Sandboxed,
+            )?),
+        ),
+    ];
+    let mut latencies: Vec<Vec<f64>> = vec![Vec::with_capacity(pushes); systems.len()];
+    let mut append_s = vec![0f64; systems.len()];
+    for _ in 0..pushes / ROUND {
+        for (k, (_, _, system)) in systems.iter_mut().enumerate() {
+            let started = Instant::now();
+            for _ in 0..ROUND {
+                let t = Instant::now();
+                match system {
+                    PushSystem::ArrowIpc(w) => {
+                        w.write(&batch)?;
+                        w.flush()?;
+                        w.get_ref().sync_data()?;
+                    }
+                    PushSystem::Stele(log) => {
+                        log.append(&batch)?;
+                    }
+                }
+                latencies[k].push(t.elapsed().as_secs_f64() * 1e6);
+            }
+            append_s[k] += started.elapsed().as_secs_f64();
+        }
+    }
+    // Scans read from the page cache (the files were just written): they measure decoding
+    // and checking, not the disk. Each scan is timed three times; the median counts.
+    let mut scan_s = vec![Vec::new(); systems.len()];
+    for _ in 0..3 {
+        for (k, (_, _, system)) in systems.iter().enumerate() {
+            let started = Instant::now();
+            let rows = match system {
+                PushSystem::ArrowIpc(_) => {
+                    let file = std::io::BufReader::new(std::fs::File::open(dir.join(names[0]))?);
+                    let mut rows = 0;
+                    for b in arrow_ipc::reader::StreamReader::try_new(file, None)? {
+                        rows += b?.num_rows();
+                    }
+                    rows
+                }
+                PushSystem::Stele(log) => {
+                    let mut rows = 0;
+                    for frame in log.scan()? {
+                        rows += frame?.batch.num_rows();
+                    }
+                    rows
+                }
+            };
+            anyhow::ensure!(rows == pushes * PUSH_ROWS, "scan found {rows} rows");
+            scan_s[k].push(started.elapsed().as_secs_f64());
+        }
+    }
+    let mb = (pushes * ipc_bytes) as f64 / 1e6;
+    let stats: Vec<(f64, f64, f64, f64)> = (0..systems.len())
+        .map(|k| {
+            let mut lat = latencies[k].clone();
+            lat.sort_by(f64::total_cmp);
+            let mut scans = scan_s[k].clone();
+            scans.sort_by(f64::total_cmp);
+            let pct = |p: f64| lat[((lat.len() as f64 - 1.0) * p).round() as usize];
+            (
+                mb / append_s[k],
+                mb / scans[scans.len() / 2],
+                pct(0.5),
+                pct(0.99),
+            )
+        })
+        .collect();
+    println!(
+        "\nPush log: {pushes} pushes of {PUSH_ROWS} rows ({:.2} MB of Arrow IPC each), one \
+         writer, each push durable, in rounds of {ROUND}; then a full scan (page cache, median \
+         of 3). Ratios against the raw arrow-ipc StreamWriter + fdatasync.\n",
+        ipc_bytes as f64 / 1e6
+    );
+    println!(
+        "| system | mode | append MB/s | pushes/s | p50 ms | p99 ms | scan MB/s | append × raw | scan × raw |"
+    );
+    println!("|---|---|---:|---:|---:|---:|---:|---:|---:|");
+    for (k, (system, mode, _)) in systems.iter().enumerate() {
+        let (append, scan, p50, p99) = stats[k];
+        println!(
+            "| {system} | {mode} | {append:.0} | {:.0} | {:.2} | {:.2} | {scan:.0} | {:.2} | {:.2} |",
+            append * 1e6 / ipc_bytes as f64,
+            p50 / 1e3,
+            p99 / 1e3,
+            append / stats[0].0,
+            scan / stats[0].1,
+        );
+    }
+    if let Some(out) = json {
+        for (k, (system, mode, _)) in systems.iter().enumerate() {
+            let (append, scan, p50, p99) = stats[k];
+            writeln!(
+                out,
+                "{{\"workload\":\"push-log-append\",\"system\":\"{system}\",\"mode\":\"{mode}\",\"writers\":1,\"payload_bytes\":{ipc_bytes},\"records_per_s\":{:.1},\"mb_per_s\":{append:.3},\"fsyncs_per_record\":1.0,\"p50_us\":{p50:.1},\"p99_us\":{p99:.1}}}",
+                append * 1e6 / ipc_bytes as f64,
+            )?;
+            writeln!(
+                out,
+                "{{\"workload\":\"push-log-scan\",\"system\":\"{system}\",\"mode\":\"{mode}\",\"writers\":1,\"payload_bytes\":{ipc_bytes},\"records_per_s\":{:.1},\"mb_per_s\":{scan:.3},\"fsyncs_per_record\":0.0,\"p50_us\":null,\"p99_us\":null}}",
+                scan * 1e6 / ipc_bytes as f64,
             )?;
         }
     }

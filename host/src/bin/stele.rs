@@ -61,11 +61,19 @@ enum Command {
         #[arg(long)]
         json: Option<PathBuf>,
         /// Which tables to run.
-        #[arg(long, value_enum, value_delimiter = ',', default_value = "wal,journal")]
+        #[arg(
+            long,
+            value_enum,
+            value_delimiter = ',',
+            default_value = "wal,journal,push-log"
+        )]
         workloads: Vec<bench::Workload>,
         /// Journal appends per system.
         #[arg(long, default_value_t = 2000)]
         journal_appends: usize,
+        /// Push-log pushes (of 10,000 rows, about 1 MB) per system.
+        #[arg(long, default_value_t = 64)]
+        pushes: usize,
     },
 }
 
@@ -198,6 +206,7 @@ fn main() -> ExitCode {
             json,
             workloads,
             journal_appends,
+            pushes,
         } => {
             let args = bench::BenchArgs {
                 records,
@@ -206,6 +215,7 @@ fn main() -> ExitCode {
                 json,
                 workloads,
                 journal_appends,
+                pushes,
             };
             match dir {
                 Some(dir) => std::fs::create_dir_all(&dir)
