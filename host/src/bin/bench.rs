@@ -463,7 +463,7 @@ fn push_log_table(dir: &Path, args: &BenchArgs, json: Option<&mut std::fs::File>
     for name in names {
         let _ = std::fs::remove_file(dir.join(name));
     }
-    let mut systems = vec![
+    let mut systems = [
         (
             "arrow-ipc StreamWriter + fdatasync",
             "raw",
