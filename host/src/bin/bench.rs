@@ -1,5 +1,6 @@
-//! `stele bench`: durable group-commit throughput, side by side with the disk's limit, in one
-//! run. (The full benchmark plan, with peers, is issue 7's; this is its group-commit table.)
+//! `stele bench`: Stele side by side with its peers (okaywal, SQLite, tokio::fs, a raw Arrow
+//! IPC stream) and the disk's limit (raw write + fdatasync), in one run, so that they share the
+//! machine's noise. Tables are markdown; `--json` writes one object per row.
 
 use std::io::Write;
 use std::path::Path;
@@ -13,7 +14,7 @@ use stele_host::{Mode, Wal};
 
 pub struct BenchArgs {
     pub records: usize,
-    pub payload_bytes: usize,
+    pub payload_bytes: Vec<usize>,
     pub writers: Vec<usize>,
     pub json: Option<std::path::PathBuf>,
     pub workloads: Vec<Workload>,
@@ -127,35 +128,21 @@ fn stele(
     let wal = Wal::create(fs, &name, options, mode)?;
     let per_writer = records.div_ceil(writers);
     let body = vec![0x5Au8; payload];
-    let started = Instant::now();
-    let latencies: Vec<f64> = match driver {
-        Driver::Threads => std::thread::scope(|s| -> Result<Vec<f64>> {
-            let handles: Vec<_> = (0..writers)
-                .map(|_| {
-                    let (wal, body) = (wal.clone(), &body);
-                    s.spawn(move || -> Result<Vec<f64>> {
-                        let mut l = Vec::with_capacity(per_writer);
-                        for _ in 0..per_writer {
-                            let t = Instant::now();
-                            wal.commit_durable(1, body)?;
-                            l.push(t.elapsed().as_secs_f64() * 1e6);
-                        }
-                        Ok(l)
-                    })
-                })
-                .collect();
-            let mut all = Vec::new();
-            for h in handles {
-                all.extend(h.join().map_err(|_| anyhow::anyhow!("writer panicked"))??);
-            }
-            Ok(all)
+    let (latencies, seconds) = match driver {
+        Driver::Threads => run_threads(writers, per_writer, || {
+            let (wal, body) = (wal.clone(), &body);
+            Ok(move || -> Result<()> {
+                wal.commit_durable(1, body)?;
+                Ok(())
+            })
         })?,
         Driver::Tasks => {
             let rt = tokio::runtime::Builder::new_multi_thread()
                 .enable_all()
                 .build()?;
             let wal = wal.to_async();
-            rt.block_on(async {
+            let started = Instant::now();
+            let latencies = rt.block_on(async {
                 let handles: Vec<_> = (0..writers)
                     .map(|_| {
                         let (wal, body) = (wal.clone(), body.clone());
@@ -175,10 +162,10 @@ fn stele(
                     all.extend(h.await??);
                 }
                 Ok::<_, anyhow::Error>(all)
-            })?
+            })?;
+            (latencies, started.elapsed().as_secs_f64())
         }
     };
-    let seconds = started.elapsed().as_secs_f64();
     let stats = wal.stats()?;
     let driver_name = if driver == Driver::Threads {
         "threads"
@@ -192,6 +179,110 @@ fn stele(
         records: latencies.len(),
         seconds,
         syncs: stats.groups,
+        latencies_us: latencies,
+    })
+}
+
+/// Runs `writers` threads, each making `per_writer` durable commits with the commit function
+/// `open` gives it (one per thread: a connection, a handle); returns every commit's latency
+/// in µs and the wall time.
+fn run_threads<C>(
+    writers: usize,
+    per_writer: usize,
+    open: impl Fn() -> Result<C> + Sync,
+) -> Result<(Vec<f64>, f64)>
+where
+    C: FnMut() -> Result<()> + Send,
+{
+    let commits: Vec<C> = (0..writers).map(|_| open()).collect::<Result<_>>()?;
+    let started = Instant::now();
+    let latencies = std::thread::scope(|s| -> Result<Vec<f64>> {
+        let handles: Vec<_> = commits
+            .into_iter()
+            .map(|mut commit| {
+                s.spawn(move || -> Result<Vec<f64>> {
+                    let mut l = Vec::with_capacity(per_writer);
+                    for _ in 0..per_writer {
+                        let t = Instant::now();
+                        commit()?;
+                        l.push(t.elapsed().as_secs_f64() * 1e6);
+                    }
+                    Ok(l)
+                })
+            })
+            .collect();
+        let mut all = Vec::new();
+        for h in handles {
+            all.extend(h.join().map_err(|_| anyhow::anyhow!("writer panicked"))??);
+        }
+        Ok(all)
+    })?;
+    Ok((latencies, started.elapsed().as_secs_f64()))
+}
+
+/// okaywal: one entry of one chunk per commit, `commit()` (durable; okaywal groups the fsyncs
+/// of concurrent committers). Its segments are preallocated (1 MiB, its default); it does not
+/// report its fsync count.
+fn okaywal_row(dir: &Path, writers: usize, records: usize, payload: usize) -> Result<Row> {
+    let path = dir.join(format!("bench-okaywal-{writers}"));
+    let _ = std::fs::remove_dir_all(&path);
+    let wal = okaywal::WriteAheadLog::recover(&path, okaywal::LogVoid)?;
+    let body = vec![0x5Au8; payload];
+    let (latencies, seconds) = run_threads(writers, records.div_ceil(writers), || {
+        let (wal, body) = (wal.clone(), &body);
+        Ok(move || -> Result<()> {
+            let mut entry = wal.begin_entry()?;
+            entry.write_chunk(body)?;
+            entry.commit()?;
+            Ok(())
+        })
+    })?;
+    drop(wal);
+    let _ = std::fs::remove_dir_all(&path);
+    Ok(Row {
+        system: "okaywal".into(),
+        mode: "peer",
+        writers,
+        records: latencies.len(),
+        seconds,
+        syncs: 0,
+        latencies_us: latencies,
+    })
+}
+
+/// SQLite, `journal_mode=WAL`, `synchronous=FULL`: one connection per writer, one INSERT of
+/// a blob per transaction (autocommit). SQLite has no group commit: each commit syncs its WAL.
+fn sqlite_row(dir: &Path, writers: usize, records: usize, payload: usize) -> Result<Row> {
+    let path = dir.join(format!("bench-sqlite-{writers}.db"));
+    for suffix in ["", "-wal", "-shm"] {
+        let _ = std::fs::remove_file(format!("{}{suffix}", path.display()));
+    }
+    let open = || -> Result<rusqlite::Connection> {
+        let conn = rusqlite::Connection::open(&path)?;
+        conn.busy_timeout(std::time::Duration::from_secs(60))?;
+        conn.pragma_update(None, "journal_mode", "WAL")?;
+        conn.pragma_update(None, "synchronous", "FULL")?;
+        Ok(conn)
+    };
+    open()?.execute(
+        "CREATE TABLE IF NOT EXISTS log (seq INTEGER PRIMARY KEY, body BLOB NOT NULL)",
+        [],
+    )?;
+    let body = vec![0x5Au8; payload];
+    let (latencies, seconds) = run_threads(writers, records.div_ceil(writers), || {
+        let (conn, body) = (open()?, &body);
+        Ok(move || -> Result<()> {
+            conn.execute("INSERT INTO log (body) VALUES (?1)", [body])?;
+            Ok(())
+        })
+    })?;
+    Ok(Row {
+        system: "sqlite (WAL, synchronous=FULL)".into(),
+        mode: "peer",
+        writers,
+        records: latencies.len(),
+        seconds,
+        syncs: latencies.len() as u64,
         latencies_us: latencies,
     })
 }
@@ -215,71 +306,103 @@ pub fn run(dir: &Path, args: &BenchArgs) -> Result<()> {
     Ok(())
 }
 
-fn wal_table(dir: &Path, args: &BenchArgs, json: Option<&mut std::fs::File>) -> Result<()> {
-    let payload = args.payload_bytes;
+fn wal_table(dir: &Path, args: &BenchArgs, mut json: Option<&mut std::fs::File>) -> Result<()> {
+    for &payload in &args.payload_bytes {
+        durable_commit_table(dir, args, payload, json.as_deref_mut())?;
+    }
+    Ok(())
+}
+
+/// The rate of the row for `system` (a prefix of its name) at `writers`, if it ran.
+fn rate_of(rows: &[Row], system: &str, writers: usize) -> Option<f64> {
+    rows.iter()
+        .find(|r| r.system.starts_with(system) && r.writers == writers)
+        .map(Row::records_per_s)
+}
+
+fn ratio(rate: f64, against: Option<f64>) -> String {
+    against.map_or("-".into(), |a| format!("{:.2}", rate / a))
+}
+
+fn durable_commit_table(
+    dir: &Path,
+    args: &BenchArgs,
+    payload: usize,
+    json: Option<&mut std::fs::File>,
+) -> Result<()> {
     let mut rows = Vec::new();
-    let limit_records = args.records.min(2000);
-    rows.push(limit(dir, limit_records, payload, true)?);
-    rows.push(limit(dir, limit_records, payload, false)?);
+    // Systems that sync once per commit get fewer records, so their rows take comparable time.
+    let one_sync_per_commit = args.records.min(2000);
+    rows.push(limit(dir, one_sync_per_commit, payload, true)?);
+    rows.push(limit(dir, one_sync_per_commit, payload, false)?);
     for &n in &args.writers {
         // Alternate the systems at each N so that they share the machine's noise.
         for (mode, driver, records) in [
             (Mode::Native, Driver::Threads, args.records),
             (Mode::Sandboxed, Driver::Threads, args.records),
             (Mode::Sandboxed, Driver::Tasks, args.records),
-            // One sync per commit: fewer records keep the row's time comparable.
-            (
-                Mode::SandboxedPlain,
-                Driver::Threads,
-                args.records.min(2000),
-            ),
+            (Mode::SandboxedPlain, Driver::Threads, one_sync_per_commit),
         ] {
             rows.push(stele(dir, mode, driver, n, records, payload)?);
         }
+        rows.push(okaywal_row(dir, n, args.records, payload)?);
+        rows.push(sqlite_row(dir, n, one_sync_per_commit, payload)?);
     }
     let limit_rps = rows[0].records_per_s();
     println!(
-        "Durable commits of {payload} B (policy Barrier = fdatasync on Linux), one run; \
-         ratios against stele native threads at the same N and against the preallocated limit.\n"
+        "\nDurable commits of {payload} B (Stele's policy Barrier = fdatasync on Linux), one run; \
+         ratios against stele native threads, okaywal and sqlite at the same N, and against the \
+         preallocated limit (one writer).\n"
     );
     println!(
-        "| system | writers | records/s | records/fsync | p50 µs | p99 µs | × native | × limit |"
+        "| system | writers | records/s | records/fsync | p50 µs | p99 µs | × native | × okaywal | × sqlite | × limit |"
     );
-    println!("|---|---:|---:|---:|---:|---:|---:|---:|");
+    println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
     for r in &rows {
-        let native = rows
-            .iter()
-            .find(|n| n.mode == "native" && n.writers == r.writers && n.system.contains("threads"))
-            .map(|n| n.records_per_s());
+        let rate = r.records_per_s();
         println!(
-            "| {} | {} | {:.0} | {:.1} | {:.0} | {:.0} | {} | {:.2} |",
+            "| {} | {} | {rate:.0} | {} | {:.0} | {:.0} | {} | {} | {} | {:.2} |",
             r.system,
             r.writers,
-            r.records_per_s(),
-            r.records as f64 / r.syncs.max(1) as f64,
+            if r.syncs == 0 {
+                "-".into()
+            } else {
+                format!("{:.1}", r.records as f64 / r.syncs as f64)
+            },
             r.percentile(0.5),
             r.percentile(0.99),
-            native.map_or("-".into(), |n| format!("{:.2}", r.records_per_s() / n)),
-            r.records_per_s() / limit_rps,
+            ratio(rate, rate_of(&rows, "stele native (threads)", r.writers)),
+            ratio(rate, rate_of(&rows, "okaywal", r.writers)),
+            ratio(rate, rate_of(&rows, "sqlite", r.writers)),
+            rate / limit_rps,
         );
     }
     if let Some(out) = json {
         for r in &rows {
             writeln!(
                 out,
-                "{{\"workload\":\"durable-commit\",\"system\":\"{}\",\"mode\":\"{}\",\"writers\":{},\"payload_bytes\":{payload},\"records_per_s\":{:.1},\"mb_per_s\":{:.3},\"fsyncs_per_record\":{:.4},\"p50_us\":{:.1},\"p99_us\":{:.1}}}",
+                "{{\"workload\":\"durable-commit\",\"system\":\"{}\",\"mode\":\"{}\",\"writers\":{},\"payload_bytes\":{payload},\"records_per_s\":{:.1},\"mb_per_s\":{:.3},\"fsyncs_per_record\":{},\"p50_us\":{:.1},\"p99_us\":{:.1}}}",
                 r.system,
                 r.mode,
                 r.writers,
                 r.records_per_s(),
                 r.records_per_s() * payload as f64 / 1e6,
-                r.syncs as f64 / r.records as f64,
+                if r.syncs == 0 {
+                    "null".into()
+                } else {
+                    format!("{:.4}", r.syncs as f64 / r.records as f64)
+                },
                 r.percentile(0.5),
                 r.percentile(0.99),
             )?;
         }
     }
     Ok(())
+}
+
+/// The journal's value size: the first payload size asked for.
+fn journal_payload(args: &BenchArgs) -> usize {
+    args.payload_bytes.first().copied().unwrap_or(128)
 }
 
 /// One system's journal appends: each is one `Set` op of `payload` value bytes, appended and
@@ -321,7 +444,7 @@ fn journal_table(dir: &Path, args: &BenchArgs, json: Option<&mut std::fs::File>)
         .build()?;
     let op = stele::journal::JournalOp::Set {
         key: b"session/key".to_vec(),
-        value: vec![0x5a; args.payload_bytes],
+        value: vec![0x5a; journal_payload(args)],
     };
     let frames = stele::journal::encode_frames(std::slice::from_ref(&op));
     let rows = rt.block_on(async {
@@ -381,7 +504,7 @@ fn journal_table(dir: &Path, args: &BenchArgs, json: Option<&mut std::fs::File>)
     println!(
         "\nJournal appends: one Set op of {} B value ({} B framed) per append, made durable, one \
          writer, {appends} appends per system in rounds of {ROUND}; ratios against tokio::fs.\n",
-        args.payload_bytes,
+        journal_payload(args),
         frames.len()
     );
     println!("| system | appends/s | p50 µs | p99 µs | p50 × tokio::fs | appends/s × tokio::fs |");
@@ -404,7 +527,7 @@ fn journal_table(dir: &Path, args: &BenchArgs, json: Option<&mut std::fs::File>)
                 "{{\"workload\":\"journal-append\",\"system\":\"{}\",\"mode\":\"{}\",\"writers\":1,\"payload_bytes\":{},\"records_per_s\":{:.1},\"mb_per_s\":{:.3},\"fsyncs_per_record\":1.0,\"p50_us\":{:.1},\"p99_us\":{:.1}}}",
                 r.system,
                 r.mode,
-                args.payload_bytes,
+                journal_payload(args),
                 r.records_per_s(),
                 r.records_per_s() * frames.len() as f64 / 1e6,
                 r.percentile(0.5),

@@ -40,10 +40,11 @@ enum Command {
     /// Push-log tools: Arrow record batches, one frame per push.
     #[command(subcommand, name = "push-log")]
     PushLog(PushLogCommand),
-    /// Durable group-commit throughput: the disk's limit (raw write + fdatasync), then Stele
-    /// native, sandboxed (threads and tokio tasks) and sandboxed-plain at each writer count, in
-    /// one run, as a markdown table; then journal append latency against tokio::fs. Build with
-    /// --release.
+    /// Benchmarks, side by side with the peers and the disk's limit, in one run, as markdown
+    /// tables: durable WAL commits (the limit = raw write + fdatasync; Stele native, sandboxed
+    /// with threads and with tokio tasks, sandboxed-plain; okaywal; SQLite in WAL mode) at each
+    /// writer count and payload size; journal append latency against tokio::fs; push-log
+    /// appends and scans against a raw arrow-ipc stream. Build with --release.
     Bench {
         /// Directory on the disk to measure (default: a fresh temporary directory).
         #[arg(long)]
@@ -51,9 +52,10 @@ enum Command {
         /// Durable commits per row.
         #[arg(long, default_value_t = 4000)]
         records: usize,
-        /// Payload bytes per record.
-        #[arg(long, default_value_t = 128)]
-        payload_bytes: usize,
+        /// Payload sizes in bytes: one durable-commit table per size (the journal uses the
+        /// first).
+        #[arg(long, value_delimiter = ',', default_value = "128,4096")]
+        payload_bytes: Vec<usize>,
         /// Writer counts.
         #[arg(long, value_delimiter = ',', default_value = "1,4,16,64")]
         writers: Vec<usize>,
@@ -74,6 +76,10 @@ enum Command {
         /// Push-log pushes (of 10,000 rows, about 1 MB) per system.
         #[arg(long, default_value_t = 64)]
         pushes: usize,
+        /// A short run (under a minute on a 2-core machine): every table and system, with
+        /// 800 commits per row, 400 journal appends and 16 pushes. Noisier; for a smoke check.
+        #[arg(long)]
+        quick: bool,
     },
 }
 
@@ -207,15 +213,20 @@ fn main() -> ExitCode {
             workloads,
             journal_appends,
             pushes,
+            quick,
         } => {
             let args = bench::BenchArgs {
-                records,
+                records: if quick { records.min(800) } else { records },
                 payload_bytes,
                 writers,
                 json,
                 workloads,
-                journal_appends,
-                pushes,
+                journal_appends: if quick {
+                    journal_appends.min(400)
+                } else {
+                    journal_appends
+                },
+                pushes: if quick { pushes.min(16) } else { pushes },
             };
             match dir {
                 Some(dir) => std::fs::create_dir_all(&dir)
