@@ -32,6 +32,10 @@ pub enum Workload {
     /// Push-log appends (10,000-row batches, each fsynced) and scans, against a raw arrow-ipc
     /// StreamWriter + fdatasync and StreamReader.
     PushLog,
+    /// Non-durable commits, one writer: the cost of the engine and the component boundary.
+    NonDurable,
+    /// Opening (recovering) a 256 MiB WAL: MB/s and peak RSS, in every mode.
+    Recovery,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -299,6 +303,12 @@ pub fn run(dir: &Path, args: &BenchArgs) -> Result<()> {
     }
     if args.workloads.contains(&Workload::Journal) {
         journal_table(dir, args, json.as_mut())?;
+    }
+    if args.workloads.contains(&Workload::NonDurable) {
+        non_durable_table(dir, args, json.as_mut())?;
+    }
+    if args.workloads.contains(&Workload::Recovery) {
+        recovery_table(dir, args, json.as_mut())?;
     }
     if args.workloads.contains(&Workload::PushLog) {
         push_log_table(dir, args, json.as_mut())?;
@@ -714,6 +724,153 @@ fn push_log_table(dir: &Path, args: &BenchArgs, json: Option<&mut std::fs::File>
                 out,
                 "{{\"workload\":\"push-log-scan\",\"system\":\"{system}\",\"mode\":\"{mode}\",\"writers\":1,\"payload_bytes\":{ipc_bytes},\"records_per_s\":{:.1},\"mb_per_s\":{scan:.3},\"fsyncs_per_record\":0.0,\"p50_us\":null,\"p99_us\":null}}",
                 scan * 1e6 / ipc_bytes as f64,
+            )?;
+        }
+    }
+    Ok(())
+}
+
+/// Non-durable commits of 128 B, one writer, in every mode, under `DurabilityPolicy::Skip`
+/// (groups are written, never synced; each row ends with one `flush`): what the engine and the
+/// component boundary cost without a sync in the way. (Under a syncing policy, a lone
+/// writer's `commit` leads a group and waits for its sync like a durable one.) Three rounds,
+/// alternated; the median round counts.
+fn non_durable_table(dir: &Path, args: &BenchArgs, json: Option<&mut std::fs::File>) -> Result<()> {
+    const PAYLOAD: usize = 128;
+    let records = args.records * 25;
+    let body = vec![0x5Au8; PAYLOAD];
+    let fs = Arc::new(RealFs::open_root(dir)?);
+    let mut rates: Vec<Vec<f64>> = vec![Vec::new(); Mode::ALL.len()];
+    for _ in 0..3 {
+        for (k, mode) in Mode::ALL.into_iter().enumerate() {
+            let name = format!("bench-nondurable-{}.wal", mode.name());
+            let _ = std::fs::remove_file(dir.join(&name));
+            let options = WalOptions {
+                retained_bytes_max: 0,
+                ..WalOptions::new(DurabilityPolicy::Skip)
+            };
+            let wal = Wal::create(fs.clone(), &name, options, mode)?;
+            let started = Instant::now();
+            for _ in 0..records {
+                wal.commit(1, &body)?;
+            }
+            wal.flush()?;
+            rates[k].push(records as f64 / started.elapsed().as_secs_f64());
+        }
+    }
+    let median = |v: &[f64]| {
+        let mut v = v.to_vec();
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
+    let native = median(&rates[0]);
+    println!(
+        "\nNon-durable commits of {PAYLOAD} B (policy Skip: written, not synced), one writer, \
+         {records} per row then one flush; median of 3 alternated rounds; ratios against native.\n"
+    );
+    println!("| mode | records/s | MB/s | × native |");
+    println!("|---|---:|---:|---:|");
+    for (k, mode) in Mode::ALL.into_iter().enumerate() {
+        let rate = median(&rates[k]);
+        println!(
+            "| stele {} | {rate:.0} | {:.1} | {:.2} |",
+            mode.name(),
+            rate * PAYLOAD as f64 / 1e6,
+            rate / native
+        );
+    }
+    if let Some(out) = json {
+        for (k, mode) in Mode::ALL.into_iter().enumerate() {
+            let rate = median(&rates[k]);
+            writeln!(
+                out,
+                "{{\"workload\":\"non-durable-commit\",\"system\":\"stele\",\"mode\":\"{}\",\"writers\":1,\"payload_bytes\":{PAYLOAD},\"records_per_s\":{rate:.1},\"mb_per_s\":{:.3},\"fsyncs_per_record\":null,\"p50_us\":null,\"p99_us\":null}}",
+                mode.name(),
+                rate * PAYLOAD as f64 / 1e6,
+            )?;
+        }
+    }
+    Ok(())
+}
+
+/// The size of the WAL the recovery table opens.
+const RECOVERY_LOG_BYTES: usize = 256 << 20;
+
+fn peak_rss_bytes() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib * 1024)
+}
+
+/// Recovery: a 256 MiB WAL of 4 KiB records is written once, then opened (recovered, every
+/// record checked) in every mode, with the peak resident set reset before each open
+/// (`/proc/self/clear_refs`). The file is in the page cache: this measures replay, not the
+/// disk. Sandboxed, the component is compiled before the clock starts.
+fn recovery_table(dir: &Path, _args: &BenchArgs, json: Option<&mut std::fs::File>) -> Result<()> {
+    const PAYLOAD: usize = 4096;
+    // 200 records of 4 KiB: one group, under the 1 MiB group bound.
+    const BATCH: usize = 200;
+    let fs = Arc::new(RealFs::open_root(dir)?);
+    let name = "bench-recovery.wal";
+    let _ = std::fs::remove_file(dir.join(name));
+    let options = WalOptions {
+        retained_bytes_max: 0,
+        ..WalOptions::new(DurabilityPolicy::Skip)
+    };
+    let wal = Wal::create(fs.clone(), name, options, Mode::Native)?;
+    let body = vec![0x5Au8; PAYLOAD];
+    let batch: Vec<(u16, &[u8])> = (0..BATCH).map(|_| (1u16, &body[..])).collect();
+    for _ in 0..RECOVERY_LOG_BYTES.div_ceil(PAYLOAD * BATCH) {
+        wal.commit_many(&batch)?;
+    }
+    wal.flush()?;
+    drop(wal);
+    let bytes = std::fs::metadata(dir.join(name))?.len();
+    stele_host::Wal::create(
+        fs.clone(),
+        "bench-recovery-warmup.wal",
+        options,
+        Mode::Sandboxed,
+    )?;
+    let mut rows = Vec::new();
+    for mode in Mode::ALL {
+        let rss_reset = std::fs::write("/proc/self/clear_refs", "5").is_ok();
+        let started = Instant::now();
+        let (wal, recovery) = Wal::open(fs.clone(), name, options, mode)?;
+        let seconds = started.elapsed().as_secs_f64();
+        let rss = peak_rss_bytes().filter(|_| rss_reset);
+        anyhow::ensure!(
+            recovery.records as usize == RECOVERY_LOG_BYTES.div_ceil(PAYLOAD * BATCH) * BATCH,
+            "{} recovered {} records",
+            mode.name(),
+            recovery.records
+        );
+        drop(wal);
+        rows.push((mode, bytes as f64 / seconds / 1e6, rss));
+    }
+    println!(
+        "\nRecovery: opening a {} MiB WAL of {PAYLOAD} B records (page cache), every record \
+         checked; peak RSS of the whole process during the open.\n",
+        bytes >> 20
+    );
+    println!("| mode | MB/s | peak RSS MiB | × native |");
+    println!("|---|---:|---:|---:|");
+    for (mode, mbps, rss) in &rows {
+        println!(
+            "| stele {} | {mbps:.0} | {} | {:.2} |",
+            mode.name(),
+            rss.map_or("-".into(), |b| (b >> 20).to_string()),
+            mbps / rows[0].1
+        );
+    }
+    if let Some(out) = json {
+        for (mode, mbps, _) in &rows {
+            writeln!(
+                out,
+                "{{\"workload\":\"recovery-256mib\",\"system\":\"stele\",\"mode\":\"{}\",\"writers\":1,\"payload_bytes\":{PAYLOAD},\"records_per_s\":{:.1},\"mb_per_s\":{mbps:.3},\"fsyncs_per_record\":null,\"p50_us\":null,\"p99_us\":null}}",
+                mode.name(),
+                mbps * 1e6 / (PAYLOAD + stele::wal::record::RECORD_OVERHEAD_BYTES) as f64,
             )?;
         }
     }
