@@ -22,6 +22,19 @@ fn push(seq: u64, rows: &[(&str, Option<&str>)]) -> RecordBatch {
     .unwrap()
 }
 
+/// A batch of a schema that is not the ref table's.
+fn other_schema_batch() -> RecordBatch {
+    RecordBatch::try_new(
+        Arc::new(arrow_schema::Schema::new(vec![arrow_schema::Field::new(
+            "x",
+            arrow_schema::DataType::Int64,
+            false,
+        )])),
+        vec![Arc::new(Int64Array::from(vec![7]))],
+    )
+    .unwrap()
+}
+
 fn open(root: &TempRoot, mode: Mode) -> PushLog {
     PushLog::new(root.vfs(), "refs.log", refs::schema(), mode).unwrap()
 }
@@ -69,15 +82,7 @@ fn pushes_scan_back_compact_and_seal(mode: Mode) {
 fn another_schema_is_a_typed_error_and_writes_nothing(mode: Mode) {
     let root = TempRoot::new();
     let log = open(&root, mode);
-    let other = RecordBatch::try_new(
-        Arc::new(arrow_schema::Schema::new(vec![arrow_schema::Field::new(
-            "x",
-            arrow_schema::DataType::Int64,
-            false,
-        )])),
-        vec![Arc::new(Int64Array::from(vec![7]))],
-    )
-    .unwrap();
+    let other = other_schema_batch();
     let err = log.append(&other).unwrap_err();
     assert!(
         matches!(
@@ -202,15 +207,7 @@ fn a_checksummed_frame_of_another_schema_is_malformed(mode: Mode) {
     open(&root, mode)
         .append(&push(1, &[("a", Some("1"))]))
         .unwrap();
-    let other = RecordBatch::try_new(
-        Arc::new(arrow_schema::Schema::new(vec![arrow_schema::Field::new(
-            "x",
-            arrow_schema::DataType::Int64,
-            false,
-        )])),
-        vec![Arc::new(Int64Array::from(vec![7]))],
-    )
-    .unwrap();
+    let other = other_schema_batch();
     let mut bytes = root.read("refs.log");
     let second = bytes.len() as u64;
     let body = stele::push_log::ipc::encode_stream(&other).unwrap();
