@@ -11,7 +11,7 @@
 //! they hold in every mode, because the guest issues the same syncs through its imports.
 
 use std::collections::VecDeque;
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, PoisonError};
 
 use arrow_array::RecordBatch;
 use arrow_schema::SchemaRef;
@@ -24,7 +24,7 @@ use wasmtime::Store;
 use wasmtime::component::ResourceAny;
 
 use crate::runtime::bindings::exports::stele::log::push_log as wit;
-use crate::runtime::{GuestState, Runtime, SandboxLimits, bindings};
+use crate::runtime::{GuestState, PlainInstance, Runtime, SandboxLimits, bindings};
 use crate::{Mode, SandboxError};
 
 /// Any error a [`PushLog`] call can return: the engine's (typed the same in every mode; Arrow
@@ -50,23 +50,7 @@ pub struct PushLog {
 #[derive(Debug)]
 enum Inner {
     Native(engine::PushLog),
-    Sandboxed(Mutex<GuestLog>),
-}
-
-struct GuestLog {
-    store: Store<GuestState>,
-    /// Boxed: the generated bindings are large, and the native variant is not.
-    engine: Box<bindings::Engine>,
-    log: ResourceAny,
-    trapped: Option<String>,
-}
-
-impl std::fmt::Debug for GuestLog {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("GuestLog")
-            .field("trapped", &self.trapped)
-            .finish_non_exhaustive()
-    }
+    Sandboxed(Mutex<PlainInstance>),
 }
 
 fn from_wit(err: wit::PushLogError) -> PushLogCallError {
@@ -138,12 +122,7 @@ impl PushLog {
                     .call_open(&mut store, path, &schema_ipc)
                     .map_err(trapped)?
                     .map_err(from_wit)?;
-                Inner::Sandboxed(Mutex::new(GuestLog {
-                    store,
-                    engine: Box::new(engine),
-                    log,
-                    trapped: None,
-                }))
+                Inner::Sandboxed(Mutex::new(PlainInstance::new(store, engine, log)))
             }
         };
         Ok(PushLog { schema, inner })
@@ -153,29 +132,20 @@ impl PushLog {
         &self.schema
     }
 
-    /// Runs one call in the instance, turning a trap into a sticky [`SandboxError::Trapped`].
+    /// Runs one call in the instance; see [`PlainInstance::call`].
     fn guest<R>(
-        guest: &Mutex<GuestLog>,
+        guest: &Mutex<PlainInstance>,
         call: impl FnOnce(
             &mut Store<GuestState>,
             &bindings::Engine,
             ResourceAny,
         ) -> wasmtime::Result<Result<R, wit::PushLogError>>,
     ) -> Result<R, PushLogCallError> {
-        let mut guard: MutexGuard<'_, GuestLog> =
-            guest.lock().unwrap_or_else(PoisonError::into_inner);
-        let g = &mut *guard;
-        if let Some(message) = &g.trapped {
-            return Err(SandboxError::Trapped(message.clone()).into());
-        }
-        match call(&mut g.store, &g.engine, g.log) {
-            Ok(result) => result.map_err(from_wit),
-            Err(e) => {
-                let message = format!("{e:#}");
-                g.trapped = Some(message.clone());
-                Err(SandboxError::Trapped(message).into())
-            }
-        }
+        let result = guest
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .call(call)?;
+        result.map_err(from_wit)
     }
 
     /// Appends one push and makes it durable; returns its frame's offset. See
@@ -317,7 +287,7 @@ pub struct PushLogScan<'a> {
 enum Source<'a> {
     Native(engine::PushLogScan),
     Sandboxed {
-        guest: &'a Mutex<GuestLog>,
+        guest: &'a Mutex<PlainInstance>,
         /// The guest's scan resource, until the scan ends (or the scan is dropped).
         handle: Option<ResourceAny>,
         fetched: VecDeque<wit::ScannedFrame>,
@@ -408,7 +378,7 @@ impl PushLogScan<'_> {
 }
 
 /// Drops the guest's scan resource once; a trap here is already sticky on the instance.
-fn close(guest: &Mutex<GuestLog>, handle: &mut Option<ResourceAny>) {
+fn close(guest: &Mutex<PlainInstance>, handle: &mut Option<ResourceAny>) {
     if let Some(scan) = handle.take() {
         let _ = PushLog::guest(guest, |st, _, _| scan.resource_drop(st).map(Ok));
     }

@@ -220,3 +220,57 @@ impl Runtime {
             .map_err(|e| SandboxError::Instantiate(format!("{e:#}")))
     }
 }
+
+/// One instance of the plain component and the resource its calls act on (a WAL writer, a push
+/// log). A trap leaves the instance's state unknown, so the first one is sticky: every later
+/// call gets the same [`SandboxError::Trapped`].
+pub(crate) struct PlainInstance {
+    store: Store<GuestState>,
+    /// Boxed: the generated bindings are large, and the enums holding an instance have small
+    /// native variants.
+    bindings: Box<bindings::Engine>,
+    resource: wasmtime::component::ResourceAny,
+    trapped: Option<String>,
+}
+
+impl std::fmt::Debug for PlainInstance {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PlainInstance")
+            .field("trapped", &self.trapped)
+            .finish_non_exhaustive()
+    }
+}
+
+impl PlainInstance {
+    pub(crate) fn new(
+        store: Store<GuestState>,
+        bindings: bindings::Engine,
+        resource: wasmtime::component::ResourceAny,
+    ) -> PlainInstance {
+        PlainInstance {
+            store,
+            bindings: Box::new(bindings),
+            resource,
+            trapped: None,
+        }
+    }
+
+    /// Runs one call; the outer `Err` is a trap (now, or an earlier one).
+    pub(crate) fn call<R, E>(
+        &mut self,
+        call: impl FnOnce(
+            &mut Store<GuestState>,
+            &bindings::Engine,
+            wasmtime::component::ResourceAny,
+        ) -> wasmtime::Result<Result<R, E>>,
+    ) -> Result<Result<R, E>, SandboxError> {
+        if let Some(message) = &self.trapped {
+            return Err(SandboxError::Trapped(message.clone()));
+        }
+        call(&mut self.store, &self.bindings, self.resource).map_err(|e| {
+            let message = format!("{e:#}");
+            self.trapped = Some(message.clone());
+            SandboxError::Trapped(message)
+        })
+    }
+}

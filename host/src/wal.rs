@@ -13,7 +13,7 @@
 //! because the sandboxed engine issues the same syncs through its imports.
 
 use std::ops::Range;
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, PoisonError};
 
 use bytes::Bytes;
 use stele::vfs::Vfs;
@@ -29,7 +29,7 @@ use crate::convert::plain::{
     from_wit_visible, wit_batch, wit_options,
 };
 use crate::runtime::bindings::exports::stele::log::wal as wit;
-use crate::runtime::{GuestState, Runtime, SandboxLimits, bindings};
+use crate::runtime::{GuestState, PlainInstance, Runtime, SandboxLimits, bindings};
 use crate::sandbox_async::{AsyncSandbox, Request};
 use crate::{Mode, SandboxError};
 
@@ -71,16 +71,7 @@ pub struct AsyncWal {
 enum Inner {
     Native(WalWriter),
     Async(AsyncSandbox),
-    Plain(Mutex<PlainSandbox>),
-}
-
-struct PlainSandbox {
-    store: Store<GuestState>,
-    bindings: bindings::Engine,
-    writer: ResourceAny,
-    /// Set by the first trap: the instance's state is then unknown, so every later call is
-    /// refused with the same message.
-    trapped: Option<String>,
+    Plain(Mutex<PlainInstance>),
 }
 
 impl std::fmt::Debug for Wal {
@@ -118,12 +109,7 @@ impl Wal {
                     path,
                     wit_options(options),
                 ))?;
-                Inner::Plain(Mutex::new(PlainSandbox {
-                    store,
-                    bindings,
-                    writer,
-                    trapped: None,
-                }))
+                Inner::Plain(Mutex::new(PlainInstance::new(store, bindings, writer)))
             }
         };
         Ok(Wal {
@@ -156,12 +142,7 @@ impl Wal {
                     path,
                     wit_options(options),
                 ))?;
-                let plain = PlainSandbox {
-                    store,
-                    bindings,
-                    writer,
-                    trapped: None,
-                };
+                let plain = PlainInstance::new(store, bindings, writer);
                 (Inner::Plain(Mutex::new(plain)), from_wit_recovery(recovery))
             }
         };
@@ -186,31 +167,20 @@ impl Wal {
         AsyncWal { wal: self.clone() }
     }
 
-    /// Runs one call in the plain sandbox, turning a trap into a sticky [`SandboxError::Trapped`].
+    /// Runs one call in the plain sandbox; see [`PlainInstance::call`].
     fn plain<R>(
-        sandbox: &Mutex<PlainSandbox>,
+        sandbox: &Mutex<PlainInstance>,
         call: impl FnOnce(
             &mut Store<GuestState>,
             &bindings::Engine,
             ResourceAny,
         ) -> wasmtime::Result<Result<R, wit::WalError>>,
     ) -> Result<R, WalError> {
-        let mut guard: MutexGuard<'_, PlainSandbox> =
-            sandbox.lock().unwrap_or_else(PoisonError::into_inner);
-        let s = &mut *guard;
-        if let Some(message) = &s.trapped {
-            return Err(SandboxError::Trapped(message.clone()).into());
-        }
-        match call(&mut s.store, &s.bindings, s.writer) {
-            Ok(result) => result.map_err(from_wit_error),
-            Err(e) => {
-                let error = trapped(e);
-                if let SandboxError::Trapped(message) = &error {
-                    s.trapped = Some(message.clone());
-                }
-                Err(error.into())
-            }
-        }
+        let result = sandbox
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .call(call)?;
+        result.map_err(from_wit_error)
     }
 
     /// See [`WalWriter::commit`].

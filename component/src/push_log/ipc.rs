@@ -63,7 +63,22 @@ pub fn decode_one(body: &[u8]) -> Result<RecordBatch, String> {
     if check_stream_lengths(body)? != body.len() {
         return Err("bytes follow the IPC end-of-stream marker".into());
     }
+    read_one_batch(body, None)
+}
+
+/// The one batch of a length-checked stream, refusing another schema than `schema` (if given)
+/// before any batch is decoded.
+fn read_one_batch(body: &[u8], schema: Option<&SchemaRef>) -> Result<RecordBatch, String> {
     let mut reader = StreamReader::try_new(Cursor::new(body), None).map_err(|e| e.to_string())?;
+    if let Some(schema) = schema
+        && reader.schema().fields() != schema.fields()
+    {
+        return Err(format!(
+            "frame schema {:?} is not the log's schema {:?}",
+            reader.schema(),
+            schema
+        ));
+    }
     let batch = reader
         .next()
         .ok_or("the stream holds no batch")?
@@ -92,23 +107,8 @@ pub fn encode_schema(schema: &SchemaRef) -> Result<Vec<u8>, ArrowError> {
 
 /// Decodes a frame body: exactly one batch, whose schema is `schema`.
 pub fn decode_stream(body: &[u8], schema: &SchemaRef) -> Result<RecordBatch, String> {
-    check_stream_lengths(body).map_err(str::to_owned)?;
-    let mut reader = StreamReader::try_new(Cursor::new(body), None).map_err(|e| e.to_string())?;
-    if reader.schema().fields() != schema.fields() {
-        return Err(format!(
-            "frame schema {:?} is not the log's schema {:?}",
-            reader.schema(),
-            schema
-        ));
-    }
-    let batch = reader
-        .next()
-        .ok_or("the frame holds no batch")?
-        .map_err(|e| e.to_string())?;
-    if reader.next().is_some() {
-        return Err("the frame holds more than one batch".into());
-    }
-    Ok(batch)
+    check_stream_lengths(body)?;
+    read_one_batch(body, Some(schema))
 }
 
 /// A standard Arrow IPC file holding `batches`, in order.
