@@ -67,7 +67,8 @@ fn replay_1_mib(c: &mut Criterion) {
     group.throughput(Throughput::Bytes(bytes as u64));
     group.bench_function("1MiB-of-128B-records", |b| {
         b.iter(|| {
-            let mut reader = WalReader::open(&vfs, "replay.wal").unwrap();
+            let mut reader =
+                WalReader::open(std::sync::Arc::new(vfs.clone()), "replay.wal").unwrap();
             let mut n = 0usize;
             while let Some(r) = reader.next_record().unwrap() {
                 n += r.payload.len();

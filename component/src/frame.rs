@@ -113,7 +113,14 @@ pub enum ScanEnd {
     /// Every byte up to `end` (the file length) is whole frames.
     Clean { end: u64 },
     /// Frames are valid up to `valid_end`; the bytes from there to `file_len` hold no valid frame.
-    TornTail { valid_end: u64, file_len: u64 },
+    /// `nonzero_end` is the end of the last non-zero byte among them, or `valid_end` when all
+    /// are zero: in a preallocated WAL segment an all-zero tail is unwritten space, a clean end,
+    /// and anywhere else it is still an unfinished write.
+    TornTail {
+        valid_end: u64,
+        file_len: u64,
+        nonzero_end: u64,
+    },
     /// The frame at `offset` is damaged, yet a valid frame starts at `valid_frame_at`.
     Corrupt { offset: u64, valid_frame_at: u64 },
 }
@@ -137,6 +144,8 @@ pub struct FrameReader {
     /// Index in `window` of the next unread byte.
     pos: usize,
     ended: Option<ScanEnd>,
+    /// Where in `window` the body of the frame last returned lies.
+    last_body: std::ops::Range<usize>,
 }
 
 impl FrameReader {
@@ -147,7 +156,14 @@ impl FrameReader {
             window: Vec::new(),
             pos: 0,
             ended: None,
+            last_body: 0..0,
         }
+    }
+
+    /// The body of the frame that [`Self::next_frame`] returned last (empty before the first).
+    /// For callers that must first learn whether there is a frame and borrow it after.
+    pub fn last_frame_body(&self) -> &[u8] {
+        &self.window[self.last_body.clone()]
     }
 
     /// The length the scan stops at (smaller than given if the file shrank during the scan).
@@ -168,6 +184,7 @@ impl FrameReader {
             return Ok(());
         }
         self.window.drain(..self.pos);
+        self.last_body = 0..0;
         self.window_start += self.pos as u64;
         self.pos = 0;
         let window_end = self.window_start + self.window.len() as u64;
@@ -207,6 +224,7 @@ impl FrameReader {
                     let body_start = self.pos + FRAME_HEADER_BYTES;
                     let body_end = body_start + body.len();
                     self.pos = body_end;
+                    self.last_body = body_start..body_end;
                     return Ok(Next::Frame {
                         offset,
                         body: &self.window[body_start..body_end],
@@ -241,41 +259,62 @@ impl FrameReader {
     /// Decides between torn tail and corruption for the bad frame at `bad_offset`: is there a
     /// valid frame at any later byte? Worst case this is quadratic in the bytes after the bad
     /// frame (every byte may claim a plausible length), but it runs only on a damaged file and
-    /// reads only bytes that are present.
+    /// reads only bytes that are present. Zero runs are skipped in one step, so the zeroed tail
+    /// of a preallocated segment, which every clean reopen meets, costs one linear read.
     fn classify_bad_frame(
         &mut self,
         file: &dyn VfsFile,
         bad_offset: u64,
     ) -> Result<ScanEnd, VfsError> {
-        let mut candidate = bad_offset + 1;
-        while candidate + (FRAME_HEADER_BYTES as u64) <= self.file_len {
+        let mut nonzero_end = bad_offset;
+        let mut candidate = bad_offset;
+        while candidate < self.file_len {
             self.seek_within(candidate)?;
             self.fill(file, FRAME_HEADER_BYTES)?;
-            match decode(&self.window[self.pos..]) {
-                Decoded::Frame { .. } => {
-                    return Ok(ScanEnd::Corrupt {
-                        offset: bad_offset,
-                        valid_frame_at: candidate,
-                    });
-                }
-                Decoded::Incomplete {
-                    frame_bytes: Some(need),
-                } if candidate + need as u64 <= self.file_len => {
-                    self.fill(file, need)?;
-                    if let Decoded::Frame { .. } = decode(&self.window[self.pos..]) {
+            let avail = &self.window[self.pos..];
+            if avail.is_empty() {
+                break; // the file shrank under us
+            }
+            // Every non-zero byte is visited as a candidate (zero runs are skipped only up to
+            // seven bytes before the next non-zero byte), so this finds the last one.
+            if avail[0] != 0 {
+                nonzero_end = candidate + 1;
+            }
+            let zeros = avail.iter().take_while(|&&b| b == 0).count();
+            // A frame whose eight header bytes are all zero is never valid (see the module doc),
+            // so no frame starts in a zero run except in its last seven bytes.
+            if zeros >= FRAME_HEADER_BYTES || zeros == avail.len() {
+                candidate += zeros.saturating_sub(FRAME_HEADER_BYTES - 1).max(1) as u64;
+                continue;
+            }
+            if candidate > bad_offset && candidate + (FRAME_HEADER_BYTES as u64) <= self.file_len {
+                match decode(avail) {
+                    Decoded::Frame { .. } => {
                         return Ok(ScanEnd::Corrupt {
                             offset: bad_offset,
                             valid_frame_at: candidate,
                         });
                     }
+                    Decoded::Incomplete {
+                        frame_bytes: Some(need),
+                    } if candidate + need as u64 <= self.file_len => {
+                        self.fill(file, need)?;
+                        if let Decoded::Frame { .. } = decode(&self.window[self.pos..]) {
+                            return Ok(ScanEnd::Corrupt {
+                                offset: bad_offset,
+                                valid_frame_at: candidate,
+                            });
+                        }
+                    }
+                    _ => {}
                 }
-                _ => {}
             }
             candidate += 1;
         }
         Ok(ScanEnd::TornTail {
             valid_end: bad_offset,
             file_len: self.file_len,
+            nonzero_end,
         })
     }
 
@@ -348,7 +387,10 @@ mod tests {
                 end,
                 ScanEnd::TornTail {
                     valid_end: 13,
-                    file_len: cut as u64
+                    file_len: cut as u64,
+                    nonzero_end: 13
+                        + full[13..cut].iter().rposition(|&b| b != 0).unwrap() as u64
+                        + 1,
                 }
             );
         }
@@ -380,7 +422,49 @@ mod tests {
             end,
             ScanEnd::TornTail {
                 valid_end: 13,
-                file_len: 37
+                file_len: 37,
+                nonzero_end: 37,
+            }
+        );
+    }
+
+    #[test]
+    fn a_zero_tail_is_a_torn_tail_without_nonzero_bytes_and_a_frame_after_zeros_is_corruption() {
+        let mut bytes = frames(&[b"alpha"]);
+        bytes.resize(13 + 3 * SCAN_CHUNK_BYTES + 5, 0);
+        let (got, end) = scan(bytes.clone());
+        assert_eq!(got.len(), 1);
+        assert_eq!(
+            end,
+            ScanEnd::TornTail {
+                valid_end: 13,
+                file_len: bytes.len() as u64,
+                nonzero_end: 13,
+            }
+        );
+        // A valid frame far into the zeros, across chunk boundaries, is still found.
+        let at = 13 + 2 * SCAN_CHUNK_BYTES + 3;
+        let late = frames(&[b"late"]);
+        bytes[at..at + late.len()].copy_from_slice(&late);
+        let (_, end) = scan(bytes.clone());
+        assert_eq!(
+            end,
+            ScanEnd::Corrupt {
+                offset: 13,
+                valid_frame_at: at as u64
+            }
+        );
+        // One stray byte in the zeros makes it an ordinary torn tail.
+        let mut stray = frames(&[b"alpha"]);
+        stray.resize(13 + 100, 0);
+        stray[13 + 99] = 1;
+        let (_, end) = scan(stray);
+        assert_eq!(
+            end,
+            ScanEnd::TornTail {
+                valid_end: 13,
+                file_len: 113,
+                nonzero_end: 113,
             }
         );
     }

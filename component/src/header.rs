@@ -40,6 +40,9 @@ pub enum Family {
     Wal,
     Journal,
     PushLog,
+    /// The checkpoint file of a segmented WAL: the header alone, whose family word is the seq
+    /// that the log's owner has absorbed through.
+    WalCheckpoint,
 }
 
 impl Family {
@@ -48,6 +51,7 @@ impl Family {
             Family::Wal => 1,
             Family::Journal => 2,
             Family::PushLog => 3,
+            Family::WalCheckpoint => 4,
         }
     }
 
@@ -56,6 +60,7 @@ impl Family {
             1 => Some(Family::Wal),
             2 => Some(Family::Journal),
             3 => Some(Family::PushLog),
+            4 => Some(Family::WalCheckpoint),
             _ => None,
         }
     }
@@ -65,6 +70,7 @@ impl Family {
             Family::Wal => "wal",
             Family::Journal => "journal",
             Family::PushLog => "push-log",
+            Family::WalCheckpoint => "wal-checkpoint",
         }
     }
 }
@@ -74,7 +80,8 @@ impl Family {
 pub struct FileHeader {
     pub family: Family,
     pub version: u16,
-    /// Family-specific: the first sequence number of a WAL.
+    /// Family-specific: the first sequence number of a WAL (or WAL segment), the checkpointed
+    /// seq of a WAL checkpoint.
     pub family_word: u64,
 }
 

@@ -22,7 +22,7 @@ fuzz_target!(|data: &[u8]| {
         assert!(recovery.valid_end <= data.len() as u64);
     }
     // The owning reader must agree with replay, record for record.
-    let Ok(mut reader) = WalReader::open(&vfs, "f") else {
+    let Ok(mut reader) = WalReader::open(std::sync::Arc::new(vfs.clone()), "f") else {
         assert!(replayed.is_err(), "replay accepted a header the reader refused");
         return;
     };

@@ -9,7 +9,8 @@ macro_rules! wal_conversions {
         use stele::header::HeaderError;
         use stele::wal::{
             DurabilityPolicy, LogSeq, Recovery, RecoveryEnd, VisibleRecord, WalOpenError,
-            WalOptions, WalRetireError, WalRetirement, WalWriteError, WalWriterStats,
+            WalOptions, WalRetentionError, WalRetireError, WalRetirement, WalTruncation,
+            WalWriteError, WalWriterStats,
         };
         use $wit as wit;
 
@@ -26,6 +27,30 @@ macro_rules! wal_conversions {
                 first_seq: o.first_seq.0,
                 max_group_bytes: o.max_group_bytes.map(|b| b as u64),
                 retained_bytes_max: o.retained_bytes_max as u64,
+                segment_bytes: o.segment_bytes,
+            }
+        }
+
+        pub(crate) fn from_wit_truncation(t: wit::Truncation) -> WalTruncation {
+            WalTruncation {
+                segments_removed: t.segments_removed,
+                first_kept_seq: LogSeq(t.first_kept_seq),
+            }
+        }
+
+        /// `beyond-durable` is shared by `retire-visible-through` and `checkpoint`; the
+        /// retention calls re-type it as the native call would.
+        pub(crate) fn as_retention_error(err: WalError) -> WalError {
+            match err {
+                WalError::Retire(WalRetireError::BeyondDurable {
+                    requested,
+                    durable_end,
+                }) => WalRetentionError::BeyondDurable {
+                    requested,
+                    durable_end,
+                }
+                .into(),
+                other => other,
             }
         }
 
@@ -50,6 +75,7 @@ macro_rules! wal_conversions {
                 records: r.records,
                 valid_end: r.valid_end,
                 file_len: r.file_len,
+                dirty_end: r.dirty_end,
                 end: match r.end {
                     wit::RecoveryEnd::NewLog => RecoveryEnd::NewLog,
                     wit::RecoveryEnd::Clean => RecoveryEnd::Clean,
@@ -132,6 +158,41 @@ macro_rules! wal_conversions {
                 }
                 .into(),
                 E::Vfs(e) => WalOpenError::Vfs(from_wit(e)).into(),
+                E::SegmentGap(g) => WalOpenError::SegmentGap {
+                    segment: g.segment,
+                    expected: g.expected,
+                    found: g.found,
+                }
+                .into(),
+                E::CheckpointGap(g) => WalOpenError::CheckpointGap {
+                    checkpoint: g.checkpoint,
+                    first_seq: g.first_seq,
+                }
+                .into(),
+                E::SegmentMisnamed(m) => WalOpenError::SegmentMisnamed {
+                    segment: m.segment,
+                    header_first_seq: m.header_first_seq,
+                }
+                .into(),
+                E::BadCheckpoint(h) => WalOpenError::BadCheckpoint(from_wit_header(h)).into(),
+                E::SegmentTooSmall(s) => WalOpenError::SegmentTooSmall {
+                    segment_bytes: s.actual,
+                    segment_bytes_min: s.limit,
+                }
+                .into(),
+                E::SingleFileLog(path) => WalOpenError::SingleFileLog { path }.into(),
+                E::CheckpointRegressed(r) => WalRetentionError::Regressed {
+                    requested: LogSeq(r.requested),
+                    current: LogSeq(r.current),
+                }
+                .into(),
+                E::BeyondCheckpoint(b) => WalRetentionError::BeyondCheckpoint {
+                    requested: LogSeq(b.requested),
+                    checkpoint: b.checkpoint.map(LogSeq),
+                }
+                .into(),
+                E::NotSegmented => WalRetentionError::NotSegmented.into(),
+                E::RetentionIo(e) => WalRetentionError::Io(from_wit(e)).into(),
             }
         }
 
@@ -165,6 +226,7 @@ macro_rules! wal_conversions {
                 bytes: st.bytes,
                 syncs: st.syncs,
                 dir_syncs: st.dir_syncs,
+                segments_started: st.segments_started,
                 group_records_histogram: histogram,
                 durable_end: LogSeq(st.durable_end),
                 visible_end: LogSeq(st.visible_end),

@@ -42,14 +42,16 @@ use std::sync::{Arc, Condvar, Mutex, PoisonError};
 use futures::stream::FuturesUnordered;
 use futures::{FutureExt, StreamExt};
 use stele::vfs::Vfs;
-use stele::wal::{LogSeq, Recovery, VisibleRecord, WalOptions, WalRetirement, WalWriterStats};
+use stele::wal::{
+    LogSeq, Recovery, VisibleRecord, WalOptions, WalRetirement, WalTruncation, WalWriterStats,
+};
 use tokio::sync::{mpsc, oneshot};
 use wasmtime::Store;
 use wasmtime::component::ResourceAny;
 
 use crate::convert::with_async::{
     from_wit_error, from_wit_range, from_wit_recovery, from_wit_retirement, from_wit_stats,
-    from_wit_visible, wit_options,
+    from_wit_truncation, from_wit_visible, wit_options,
 };
 use crate::runtime::bindings_async::EngineAsync;
 use crate::runtime::bindings_async::exports::stele::log::wal as wit;
@@ -81,6 +83,17 @@ pub(crate) enum Request {
     },
     Stats {
         reply: Reply<WalWriterStats>,
+    },
+    Checkpoint {
+        through: u64,
+        reply: Reply<()>,
+    },
+    TruncateThrough {
+        through: u64,
+        reply: Reply<WalTruncation>,
+    },
+    Segments {
+        reply: Reply<Vec<LogSeq>>,
     },
 }
 
@@ -497,6 +510,23 @@ fn start<'a>(
         Request::Stats { reply } => Box::pin(async move {
             let r = writer_api.call_stats(acc, writer).await;
             answer_with(reply, answer(r.map(Ok), from_wit_stats))
+        }),
+        Request::Checkpoint { through, reply } => Box::pin(async move {
+            let r = writer_api.call_checkpoint(acc, writer, through).await;
+            answer_with(reply, answer(r, |()| ()))
+        }),
+        Request::TruncateThrough { through, reply } => Box::pin(async move {
+            let r = writer_api.call_truncate_through(acc, writer, through).await;
+            answer_with(reply, answer(r, from_wit_truncation))
+        }),
+        Request::Segments { reply } => Box::pin(async move {
+            let r = writer_api.call_segments(acc, writer).await;
+            answer_with(
+                reply,
+                answer(r.map(Ok), |seqs: Vec<u64>| {
+                    seqs.into_iter().map(LogSeq).collect()
+                }),
+            )
         }),
     }
 }

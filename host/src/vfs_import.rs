@@ -116,6 +116,10 @@ impl wit::Host for GuestState {
         Ok(self.vfs.remove(&path).map_err(to_wit))
     }
 
+    fn create_dir(&mut self, path: String) -> Answer<()> {
+        Ok(self.vfs.create_dir(&path).map_err(to_wit))
+    }
+
     fn exists(&mut self, path: String) -> Answer<bool> {
         Ok(self.vfs.exists(&path).map_err(to_wit))
     }

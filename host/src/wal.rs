@@ -18,15 +18,15 @@ use std::sync::{Arc, Mutex, PoisonError};
 use bytes::Bytes;
 use stele::vfs::Vfs;
 use stele::wal::{
-    LogSeq, Recovery, VisibleRecord, WalOpenError, WalOptions, WalReader, WalRetireError,
-    WalRetirement, WalWriteError, WalWriter, WalWriterStats,
+    LogSeq, Recovery, VisibleRecord, WalOpenError, WalOptions, WalReader, WalRetentionError,
+    WalRetireError, WalRetirement, WalTruncation, WalWriteError, WalWriter, WalWriterStats,
 };
 use wasmtime::Store;
 use wasmtime::component::ResourceAny;
 
 use crate::convert::plain::{
-    from_wit_error, from_wit_range, from_wit_recovery, from_wit_retirement, from_wit_stats,
-    from_wit_visible, wit_batch, wit_options,
+    as_retention_error, from_wit_error, from_wit_range, from_wit_recovery, from_wit_retirement,
+    from_wit_stats, from_wit_truncation, from_wit_visible, wit_batch, wit_options,
 };
 use crate::runtime::bindings::exports::stele::log::wal as wit;
 use crate::runtime::{GuestState, PlainInstance, Runtime, SandboxLimits, bindings};
@@ -44,6 +44,8 @@ pub enum WalError {
     Write(#[from] WalWriteError),
     #[error(transparent)]
     Retire(#[from] WalRetireError),
+    #[error(transparent)]
+    Retention(#[from] WalRetentionError),
     #[error(transparent)]
     Sandbox(#[from] SandboxError),
 }
@@ -91,7 +93,9 @@ fn guest_call<R>(call: wasmtime::Result<Result<R, wit::WalError>>) -> Result<R, 
 }
 
 impl Wal {
-    /// Creates a new log at `path` (missing or zero bytes); see [`WalWriter::create_with`].
+    /// Creates a new log at `path`: a directory of segments when `options.segment_bytes` is
+    /// set ([`WalWriter::create_segmented`]), else one file, missing or zero bytes
+    /// ([`WalWriter::create_with`]).
     pub fn create(
         vfs: Arc<dyn Vfs>,
         path: &str,
@@ -99,6 +103,9 @@ impl Wal {
         mode: Mode,
     ) -> Result<Wal, WalError> {
         let inner = match mode {
+            Mode::Native if options.segment_bytes.is_some() => {
+                Inner::Native(WalWriter::create_segmented(vfs, path, options)?)
+            }
             Mode::Native => Inner::Native(WalWriter::create_with(&*vfs, path, options)?),
             Mode::Sandboxed => Inner::Async(AsyncSandbox::start(vfs, path, options, true)?.0),
             Mode::SandboxedPlain => {
@@ -117,8 +124,9 @@ impl Wal {
         })
     }
 
-    /// Recovers the log at `path` (a missing or empty file becomes a new log) and resumes
-    /// appending; see [`WalWriter::open_with`].
+    /// Recovers the log at `path` (missing or empty, it becomes a new log) and resumes
+    /// appending: a directory of segments when `options.segment_bytes` is set
+    /// ([`WalWriter::open_segmented`]), else one file ([`WalWriter::open_with`]).
     pub fn open(
         vfs: Arc<dyn Vfs>,
         path: &str,
@@ -126,6 +134,10 @@ impl Wal {
         mode: Mode,
     ) -> Result<(Wal, Recovery), WalError> {
         let (inner, recovery) = match mode {
+            Mode::Native if options.segment_bytes.is_some() => {
+                let (writer, found) = WalWriter::open_segmented(vfs, path, options)?;
+                (Inner::Native(writer), found.recovery)
+            }
             Mode::Native => {
                 let (writer, recovery) = WalWriter::open_with(&*vfs, path, options)?;
                 (Inner::Native(writer), recovery)
@@ -312,6 +324,55 @@ impl Wal {
             .map(from_wit_stats),
         }
     }
+
+    /// See [`WalWriter::checkpoint`]: on `Ok` the checkpoint survives power loss, whatever the
+    /// policy, in every mode.
+    pub fn checkpoint(&self, absorbed_through: LogSeq) -> Result<(), WalError> {
+        match &*self.inner {
+            Inner::Native(w) => Ok(w.checkpoint(absorbed_through)?),
+            Inner::Async(s) => s
+                .request_blocking(|reply| Request::Checkpoint {
+                    through: absorbed_through.0,
+                    reply,
+                })
+                .map_err(as_retention_error),
+            Inner::Plain(s) => Self::plain(s, |st, b, w| {
+                b.stele_log_wal()
+                    .writer()
+                    .call_checkpoint(st, w, absorbed_through.0)
+            })
+            .map_err(as_retention_error),
+        }
+    }
+
+    /// See [`WalWriter::truncate_through`]: on `Ok` the deletions survive power loss.
+    pub fn truncate_through(&self, through: LogSeq) -> Result<WalTruncation, WalError> {
+        match &*self.inner {
+            Inner::Native(w) => Ok(w.truncate_through(through)?),
+            Inner::Async(s) => s.request_blocking(|reply| Request::TruncateThrough {
+                through: through.0,
+                reply,
+            }),
+            Inner::Plain(s) => Self::plain(s, |st, b, w| {
+                b.stele_log_wal()
+                    .writer()
+                    .call_truncate_through(st, w, through.0)
+            })
+            .map(from_wit_truncation),
+        }
+    }
+
+    /// See [`WalWriter::segments`]: the first seqs of the live segments, in order.
+    pub fn segments(&self) -> Result<Vec<LogSeq>, WalError> {
+        match &*self.inner {
+            Inner::Native(w) => Ok(w.segments()),
+            Inner::Async(s) => s.request_blocking(|reply| Request::Segments { reply }),
+            Inner::Plain(s) => Self::plain(s, |st, b, w| {
+                b.stele_log_wal().writer().call_segments(st, w).map(Ok)
+            })
+            .map(|seqs| seqs.into_iter().map(LogSeq).collect()),
+        }
+    }
 }
 
 fn async_batch(
@@ -452,14 +513,50 @@ impl AsyncWal {
             _ => self.blocking(|w| w.stats()).await,
         }
     }
+
+    /// See [`Wal::checkpoint`].
+    pub async fn checkpoint(&self, absorbed_through: LogSeq) -> Result<(), WalError> {
+        match &*self.wal.inner {
+            Inner::Async(s) => s
+                .request(|reply| Request::Checkpoint {
+                    through: absorbed_through.0,
+                    reply,
+                })
+                .await
+                .map_err(crate::convert::with_async::as_retention_error),
+            _ => self.blocking(move |w| w.checkpoint(absorbed_through)).await,
+        }
+    }
+
+    /// See [`Wal::truncate_through`].
+    pub async fn truncate_through(&self, through: LogSeq) -> Result<WalTruncation, WalError> {
+        match &*self.wal.inner {
+            Inner::Async(s) => {
+                s.request(|reply| Request::TruncateThrough {
+                    through: through.0,
+                    reply,
+                })
+                .await
+            }
+            _ => self.blocking(move |w| w.truncate_through(through)).await,
+        }
+    }
+
+    /// See [`Wal::segments`].
+    pub async fn segments(&self) -> Result<Vec<LogSeq>, WalError> {
+        match &*self.wal.inner {
+            Inner::Async(s) => s.request(|reply| Request::Segments { reply }).await,
+            _ => self.blocking(|w| w.segments()).await,
+        }
+    }
 }
 
 fn borrow_batch(owned: &[(u16, Vec<u8>)]) -> Vec<(u16, &[u8])> {
     owned.iter().map(|(op, p)| (*op, &p[..])).collect()
 }
 
-/// Reads every valid record of the log at `path` (which must exist) and how its valid prefix
-/// ended, without writing to it. Sandboxed (either build), the plain component's `reader`
+/// Reads every valid record of the log at `path` (which must exist: a file, or a directory of
+/// segments) and how its valid prefix ended, without writing to it. Sandboxed (either build), the plain component's `reader`
 /// resource reads it, in batches of at most 4,096 records per call.
 pub fn read_wal(
     vfs: Arc<dyn Vfs>,
@@ -468,7 +565,7 @@ pub fn read_wal(
 ) -> Result<(Vec<VisibleRecord>, Recovery), WalError> {
     match mode {
         Mode::Native => {
-            let mut reader = WalReader::open(&*vfs, path)?;
+            let mut reader = WalReader::open(vfs, path)?;
             let mut records = Vec::new();
             while let Some(r) = reader.next_record()? {
                 records.push(VisibleRecord {

@@ -201,6 +201,9 @@ impl Vfs for FailingVfs {
     fn remove(&self, path: &str) -> Result<(), VfsError> {
         self.inner.remove(path)
     }
+    fn create_dir(&self, dir: &str) -> Result<(), VfsError> {
+        self.inner.create_dir(dir)
+    }
     fn exists(&self, path: &str) -> Result<bool, VfsError> {
         self.inner.exists(path)
     }

@@ -126,6 +126,10 @@ impl Vfs for WitVfs {
         wit::remove(path).map_err(from_wit)
     }
 
+    fn create_dir(&self, dir: &str) -> Result<(), VfsError> {
+        wit::create_dir(dir).map_err(from_wit)
+    }
+
     fn exists(&self, path: &str) -> Result<bool, VfsError> {
         wit::exists(path).map_err(from_wit)
     }

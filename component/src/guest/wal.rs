@@ -2,11 +2,12 @@
 //! [`crate::wal::WalWriter`].
 
 use std::cell::RefCell;
+use std::sync::Arc;
 
 use crate::header::HeaderError;
 use crate::wal::{
     DurabilityPolicy, LogSeq, Recovery, RecoveryEnd, WalOpenError, WalOptions, WalReader,
-    WalRetireError, WalWriteError, WalWriter, WalWriterStats,
+    WalRetentionError, WalRetireError, WalTruncation, WalWriteError, WalWriter, WalWriterStats,
 };
 
 use super::Component;
@@ -41,6 +42,7 @@ pub(crate) fn options(o: wit::WalOptions) -> Result<WalOptions, wit::WalError> {
         first_seq: LogSeq(o.first_seq),
         max_group_bytes,
         retained_bytes_max: usize::try_from(o.retained_bytes_max).unwrap_or(usize::MAX),
+        segment_bytes: o.segment_bytes,
     })
 }
 
@@ -118,6 +120,95 @@ pub(crate) fn open_error(err: WalOpenError) -> wit::WalError {
             expected,
             found,
         }),
+        WalOpenError::SegmentGap {
+            segment,
+            expected,
+            found,
+        } => wit::WalError::SegmentGap(wit::SegmentGap {
+            segment,
+            expected,
+            found,
+        }),
+        WalOpenError::CheckpointGap {
+            checkpoint,
+            first_seq,
+        } => wit::WalError::CheckpointGap(wit::CheckpointGap {
+            checkpoint,
+            first_seq,
+        }),
+        WalOpenError::SegmentMisnamed {
+            segment,
+            header_first_seq,
+        } => wit::WalError::SegmentMisnamed(wit::SegmentMisnamed {
+            segment,
+            header_first_seq,
+        }),
+        WalOpenError::BadCheckpoint(h) => wit::WalError::BadCheckpoint(header_error(h)),
+        WalOpenError::SegmentTooSmall {
+            segment_bytes,
+            segment_bytes_min,
+        } => wit::WalError::SegmentTooSmall(wit::SizeLimit {
+            actual: segment_bytes,
+            limit: segment_bytes_min,
+        }),
+        WalOpenError::SingleFileLog { path } => wit::WalError::SingleFileLog(path),
+    }
+}
+
+pub(crate) fn retention_error(err: WalRetentionError) -> wit::WalError {
+    match err {
+        WalRetentionError::BeyondDurable {
+            requested,
+            durable_end,
+        } => wit::WalError::BeyondDurable(wit::BeyondDurable {
+            requested: requested.0,
+            durable_end: durable_end.0,
+        }),
+        WalRetentionError::Regressed { requested, current } => {
+            wit::WalError::CheckpointRegressed(wit::CheckpointRegressed {
+                requested: requested.0,
+                current: current.0,
+            })
+        }
+        WalRetentionError::BeyondCheckpoint {
+            requested,
+            checkpoint,
+        } => wit::WalError::BeyondCheckpoint(wit::BeyondCheckpoint {
+            requested: requested.0,
+            checkpoint: checkpoint.map(|c| c.0),
+        }),
+        WalRetentionError::NotSegmented => wit::WalError::NotSegmented,
+        WalRetentionError::Io(e) => wit::WalError::RetentionIo(to_wit(e)),
+    }
+}
+
+pub(crate) fn truncation(t: WalTruncation) -> wit::Truncation {
+    wit::Truncation {
+        segments_removed: t.segments_removed,
+        first_kept_seq: t.first_kept_seq.0,
+    }
+}
+
+/// Creates or recovers the log `options` describe: a segment directory when they set a segment
+/// size, else one file.
+pub(crate) fn start_writer(
+    path: &str,
+    options: WalOptions,
+    create: bool,
+) -> Result<(WalWriter, Recovery), WalOpenError> {
+    match (options.segment_bytes.is_some(), create) {
+        (true, true) => {
+            let writer = WalWriter::create_segmented(Arc::new(WitVfs), path, options)?;
+            let recovery = Recovery::new_log(options.first_seq, 0);
+            Ok((writer, recovery))
+        }
+        (true, false) => WalWriter::open_segmented(Arc::new(WitVfs), path, options)
+            .map(|(writer, found)| (writer, found.recovery)),
+        (false, true) => {
+            let writer = WalWriter::create_with(&WitVfs, path, options)?;
+            Ok((writer, Recovery::new_log(options.first_seq, 0)))
+        }
+        (false, false) => WalWriter::open_with(&WitVfs, path, options),
     }
 }
 
@@ -140,6 +231,7 @@ pub(crate) fn recovery(r: Recovery) -> wit::Recovery {
         records: r.records,
         valid_end: r.valid_end,
         file_len: r.file_len,
+        dirty_end: r.dirty_end,
         end: match r.end {
             RecoveryEnd::NewLog => wit::RecoveryEnd::NewLog,
             RecoveryEnd::Clean => wit::RecoveryEnd::Clean,
@@ -188,7 +280,7 @@ impl wit::Guest for Component {
 
 impl wit::GuestReader for GuestReader {
     fn open(path: String) -> Result<wit::Reader, wit::WalError> {
-        let reader = WalReader::open(&WitVfs, &path).map_err(open_error)?;
+        let reader = WalReader::open(Arc::new(WitVfs), &path).map_err(open_error)?;
         Ok(wit::Reader::new(GuestReader(RefCell::new(reader))))
     }
 
@@ -215,8 +307,7 @@ impl wit::GuestReader for GuestReader {
 
 impl wit::GuestWriter for GuestWriter {
     fn create(path: String, options: wit::WalOptions) -> Result<wit::Writer, wit::WalError> {
-        let writer =
-            WalWriter::create_with(&WitVfs, &path, self::options(options)?).map_err(open_error)?;
+        let (writer, _) = start_writer(&path, self::options(options)?, true).map_err(open_error)?;
         Ok(wit::Writer::new(GuestWriter(writer)))
     }
 
@@ -225,7 +316,7 @@ impl wit::GuestWriter for GuestWriter {
         options: wit::WalOptions,
     ) -> Result<(wit::Writer, wit::Recovery), wit::WalError> {
         let (writer, rec) =
-            WalWriter::open_with(&WitVfs, &path, self::options(options)?).map_err(open_error)?;
+            start_writer(&path, self::options(options)?, false).map_err(open_error)?;
         Ok((wit::Writer::new(GuestWriter(writer)), recovery(rec)))
     }
 
@@ -288,6 +379,23 @@ impl wit::GuestWriter for GuestWriter {
     fn stats(&self) -> wit::WalStats {
         stats(self.0.stats())
     }
+
+    fn checkpoint(&self, absorbed_through: u64) -> Result<(), wit::WalError> {
+        self.0
+            .checkpoint(LogSeq(absorbed_through))
+            .map_err(retention_error)
+    }
+
+    fn truncate_through(&self, through: u64) -> Result<wit::Truncation, wit::WalError> {
+        self.0
+            .truncate_through(LogSeq(through))
+            .map(truncation)
+            .map_err(retention_error)
+    }
+
+    fn segments(&self) -> Vec<u64> {
+        self.0.segments().into_iter().map(|s| s.0).collect()
+    }
 }
 
 pub(crate) fn stats(s: WalWriterStats) -> wit::WalStats {
@@ -297,6 +405,7 @@ pub(crate) fn stats(s: WalWriterStats) -> wit::WalStats {
         bytes: s.bytes,
         syncs: s.syncs,
         dir_syncs: s.dir_syncs,
+        segments_started: s.segments_started,
         group_records_histogram: s.group_records_histogram.to_vec(),
         durable_end: s.durable_end.0,
         visible_end: s.visible_end.0,

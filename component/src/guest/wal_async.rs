@@ -12,21 +12,25 @@
 
 use std::cell::{Cell, RefCell};
 use std::future::poll_fn;
+use std::rc::Rc;
 use std::task::{Poll, Waker};
 
-use crate::vfs::{VfsError, VfsFile};
+use crate::vfs::{OpenMode, SyncKind, VfsError, VfsFile};
 use crate::wal::group_commit::{Group, GroupCommit, LeaderStep, Leadership, WaitState};
-use crate::wal::{LogSeq, SetupMode, WalWriteError, setup_log};
+use crate::wal::segment::{self, SegmentRetention, segment_path};
+use crate::wal::{
+    LogSeq, Recovery, SetupMode, WalRetentionError, WalWriteError, setup_log, setup_segments,
+};
 
 use super::Component;
 use super::exports::stele::log::wal as wal_types;
 use super::exports::stele::log::wal_async as wit;
 use super::stele::log::vfs as wit_vfs;
 use super::stele::log::vfs_async;
-use super::vfs::{WitFile, WitVfs, from_wit, wit_sync_kind};
+use super::vfs::{WitFile, WitVfs, from_wit, open_file, wit_sync_kind};
 use super::wal::{
-    batch, open_error, options, range, recovery, retire_error, retirement, stats, visible,
-    write_error,
+    batch, open_error, options, range, recovery, retention_error, retire_error, retirement, stats,
+    truncation, visible, write_error,
 };
 
 /// How many times at most a gathering leader yields to the host's event loop so that the
@@ -42,13 +46,24 @@ const GATHER_ROUNDS_MAX: usize = 32;
 const INLINE_WRITE_BYTES_MAX: usize = 64 << 10;
 
 pub struct AsyncWriter {
-    file: WitFile,
+    /// The file groups go to. Replaced by a rotation; an `Rc` so the leader can hold it across
+    /// an await without holding the cell's borrow.
+    file: RefCell<Rc<WitFile>>,
+    /// Set for a segmented log.
+    segments: Option<AsyncSegments>,
     core: RefCell<GroupCommit>,
     /// Wakers of tasks waiting for a group to complete or for leadership to be released.
     parked: RefCell<Vec<Waker>>,
     /// Bumped after every group and every release of leadership; a parked task re-checks when it
     /// changed.
     generation: Cell<u64>,
+}
+
+struct AsyncSegments {
+    dir: String,
+    segment_bytes: u64,
+    sync: Option<SyncKind>,
+    retention: RefCell<SegmentRetention>,
 }
 
 /// Deregisters a durable waiter however its task ends (returned, failed or cancelled), and wakes
@@ -73,14 +88,39 @@ impl AsyncWriter {
         path: &str,
         wit_options: wal_types::WalOptions,
         mode: SetupMode,
-    ) -> Result<(AsyncWriter, crate::wal::Recovery), wal_types::WalError> {
+    ) -> Result<(AsyncWriter, Recovery), wal_types::WalError> {
         let options = options(wit_options)?;
+        if options.segment_bytes.is_some() {
+            let setup = setup_segments(&WitVfs, path, options, mode).map_err(open_error)?;
+            let current = *setup.live.last().expect("a set-up log has a segment");
+            // setup_segments hands back a boxed file; the async imports need the handle itself.
+            drop(setup.current);
+            let file = open_file(&segment_path(path, current), OpenMode::Existing)
+                .map_err(|e| open_error(e.into()))?;
+            let writer = AsyncWriter {
+                file: RefCell::new(Rc::new(file)),
+                segments: Some(AsyncSegments {
+                    dir: path.to_owned(),
+                    segment_bytes: setup.segment_bytes,
+                    sync: setup.core.sync_kind(),
+                    retention: RefCell::new(SegmentRetention {
+                        live: setup.live,
+                        checkpoint: setup.recovery.checkpoint,
+                    }),
+                }),
+                core: RefCell::new(setup.core),
+                parked: RefCell::new(Vec::new()),
+                generation: Cell::new(0),
+            };
+            return Ok((writer, setup.recovery.recovery));
+        }
         let file = wit_vfs::open(path, wit_vfs::OpenMode::Create)
             .map_err(|e| open_error(from_wit(e).into()))?;
         let file = WitFile(file);
         let (core, rec) = setup_log(&WitVfs, path, &file, options, mode).map_err(open_error)?;
         let writer = AsyncWriter {
-            file,
+            file: RefCell::new(Rc::new(file)),
+            segments: None,
             core: RefCell::new(core),
             parked: RefCell::new(Vec::new()),
             generation: Cell::new(0),
@@ -149,16 +189,23 @@ impl AsyncWriter {
             let Some(group) = self.next_group() else {
                 return;
             };
+            let file = match self.group_file(&group) {
+                Ok(file) => file,
+                Err(cause) => {
+                    self.finish_group(&group, Err(cause));
+                    return;
+                }
+            };
             let data: Vec<u8> = group.chunks.concat();
             let mut result = if data.len() <= INLINE_WRITE_BYTES_MAX {
-                self.file.write_at(group.offset, &data)
+                file.write_at(group.offset, &data)
             } else {
-                vfs_async::write_at(&self.file.0, group.offset, data)
+                vfs_async::write_at(&file.0, group.offset, data)
                     .await
                     .map_err(from_wit)
             };
             if let (Ok(()), Some(kind)) = (&result, group.sync) {
-                result = vfs_async::sync(&self.file.0, wit_sync_kind(kind))
+                result = vfs_async::sync(&file.0, wit_sync_kind(kind))
                     .await
                     .map_err(from_wit);
             }
@@ -166,6 +213,34 @@ impl AsyncWriter {
                 return;
             }
         }
+    }
+
+    /// The file `group` goes to: the current segment, or, when the group starts a segment, a new
+    /// one, created and synced first. The rotation's syncs go through the synchronous imports,
+    /// so the instance serves no other call meanwhile: once per segment, at most two syncs.
+    fn group_file(&self, group: &Group) -> Result<Rc<WitFile>, VfsError> {
+        if group.starts_segment {
+            let segments = self
+                .segments
+                .as_ref()
+                .expect("only a segmented core starts segments");
+            let path = segment_path(&segments.dir, group.seqs.start);
+            let file = open_file(&path, OpenMode::Truncate)?;
+            segment::prepare_segment(
+                &WitVfs,
+                &segments.dir,
+                &file,
+                group.seqs.start,
+                segments.segment_bytes,
+                segments.sync,
+            )?;
+            if segments.sync.is_some() {
+                self.core.borrow_mut().count_setup_syncs(1, 1);
+            }
+            segments.retention.borrow_mut().live.push(group.seqs.start);
+            *self.file.borrow_mut() = Rc::new(file);
+        }
+        Ok(self.file.borrow().clone())
     }
 
     /// The next group to write, or `None` after releasing leadership (nothing pending).
@@ -198,10 +273,13 @@ impl AsyncWriter {
                 return;
             };
             let data: Vec<u8> = group.chunks.concat();
-            let mut result = self.file.write_at(group.offset, &data);
-            if let (Ok(()), Some(kind)) = (&result, group.sync) {
-                result = self.file.sync(kind);
+            let mut result = self
+                .group_file(&group)
+                .and_then(|file| file.write_at(group.offset, &data).map(|()| file));
+            if let (Ok(file), Some(kind)) = (&result, group.sync) {
+                result = file.sync(kind).map(|()| file.clone());
             }
+            let result = result.map(drop);
             if self.finish_group(&group, result) != LeaderStep::Continue {
                 return;
             }
@@ -336,5 +414,46 @@ impl wit::GuestWriter for AsyncWriter {
 
     async fn stats(&self) -> wal_types::WalStats {
         stats(self.core.borrow().stats())
+    }
+
+    async fn checkpoint(&self, absorbed_through: u64) -> Result<(), wal_types::WalError> {
+        let Some(segments) = &self.segments else {
+            return Err(retention_error(WalRetentionError::NotSegmented));
+        };
+        let durable_end = self.core.borrow().durable_end();
+        segments
+            .retention
+            .borrow_mut()
+            .checkpoint(
+                &WitVfs,
+                &segments.dir,
+                LogSeq(absorbed_through),
+                durable_end,
+            )
+            .map_err(retention_error)
+    }
+
+    async fn truncate_through(
+        &self,
+        through: u64,
+    ) -> Result<wal_types::Truncation, wal_types::WalError> {
+        let Some(segments) = &self.segments else {
+            return Err(retention_error(WalRetentionError::NotSegmented));
+        };
+        let t = segments
+            .retention
+            .borrow_mut()
+            .truncate_through(&WitVfs, &segments.dir, LogSeq(through))
+            .map_err(retention_error)?;
+        if t.segments_removed > 0 {
+            self.core.borrow_mut().count_setup_syncs(0, 1);
+        }
+        Ok(truncation(t))
+    }
+
+    async fn segments(&self) -> Vec<u64> {
+        self.segments.as_ref().map_or_else(Vec::new, |s| {
+            s.retention.borrow().live.iter().map(|seq| seq.0).collect()
+        })
     }
 }

@@ -510,9 +510,16 @@ pub(crate) fn open_frames(
     if len < HEADER_BYTES as u64 {
         // The header goes out with the first push, in the same synced write: a shorter file is
         // a first push that never completed.
+        let mut present = [0u8; HEADER_BYTES];
+        let present = &mut present[..len as usize];
+        file.read_exact_at(0, present)?;
         return Ok(Err(ScanEnd::TornTail {
             valid_end: 0,
             file_len: len,
+            nonzero_end: present
+                .iter()
+                .rposition(|&b| b != 0)
+                .map_or(0, |i| i as u64 + 1),
         }));
     }
     let mut header = [0u8; HEADER_BYTES];

@@ -75,6 +75,7 @@ impl PushLogScan {
             Err(ScanEnd::TornTail {
                 valid_end,
                 file_len,
+                ..
             }) => Ok(empty(PushLogEnd::TornTail {
                 valid_end,
                 file_len,
@@ -142,6 +143,7 @@ fn next_body<'r>(
                 ScanEnd::TornTail {
                     valid_end,
                     file_len,
+                    ..
                 } => PushLogEnd::TornTail {
                     valid_end,
                     file_len,

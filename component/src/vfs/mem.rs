@@ -141,6 +141,10 @@ impl Vfs for MemVfs {
             .ok_or(VfsError::NotFound)
     }
 
+    fn create_dir(&self, _dir: &str) -> Result<(), VfsError> {
+        Ok(())
+    }
+
     fn exists(&self, path: &str) -> Result<bool, VfsError> {
         Ok(lock(&self.inner.files).contains_key(path))
     }

@@ -143,6 +143,10 @@ pub trait Vfs: Send + Sync + fmt::Debug {
     /// Makes creates, renames and removes in directory `dir` durable. `""` is the root.
     fn sync_dir(&self, dir: &str) -> Result<(), VfsError>;
     fn remove(&self, path: &str) -> Result<(), VfsError>;
+    /// Creates directory `dir` if it is missing (its parent must exist). Durable only after
+    /// [`Vfs::sync_dir`] of the parent. In-memory backends, whose namespace is flat, accept it
+    /// and change nothing.
+    fn create_dir(&self, dir: &str) -> Result<(), VfsError>;
     fn exists(&self, path: &str) -> Result<bool, VfsError>;
     /// Entry names in directory `dir`, sorted.
     fn list(&self, dir: &str) -> Result<Vec<String>, VfsError>;

@@ -81,4 +81,73 @@ pub enum WalOpenError {
         expected: u64,
         found: u64,
     },
+    /// Segment `segment` does not start where the one before it ends: a segment in the middle
+    /// is missing, or one was cut short.
+    #[error(
+        "WAL segment {segment} starts at seq {found}, but the segment before it ends before \
+         seq {expected}: a segment is missing or damaged"
+    )]
+    SegmentGap {
+        segment: String,
+        expected: u64,
+        found: u64,
+    },
+    /// The first surviving segment starts after the checkpoint's next seq, so records the
+    /// owner had not absorbed are gone.
+    #[error(
+        "the first WAL segment starts at seq {first_seq}, but the checkpoint covers only \
+         through seq {checkpoint}: the records in between are missing"
+    )]
+    CheckpointGap { checkpoint: u64, first_seq: u64 },
+    /// A segment's header names another first seq than its file name.
+    #[error("WAL segment {segment} holds a header for first seq {header_first_seq}")]
+    SegmentMisnamed {
+        segment: String,
+        header_first_seq: u64,
+    },
+    #[error("bad WAL checkpoint file: {0}")]
+    BadCheckpoint(HeaderError),
+    /// The configured segment size cannot hold a header and a few records.
+    #[error("segment size {segment_bytes} is below the minimum of {segment_bytes_min} bytes")]
+    SegmentTooSmall {
+        segment_bytes: u64,
+        segment_bytes_min: u64,
+    },
+    /// A segmented open found a single-file log (the foundation's format) at its path.
+    #[error(
+        "{path} is a single-file WAL, not a segment directory; convert it with \
+         `stele wal convert {path} DIR`"
+    )]
+    SingleFileLog { path: String },
+}
+
+/// Why `checkpoint` or `truncate_through` refused or failed.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum WalRetentionError {
+    /// Only durable records can be checkpointed; the request is never clamped.
+    #[error("cannot checkpoint through seq {requested}: the durable end is seq {durable_end}")]
+    BeyondDurable {
+        requested: LogSeq,
+        durable_end: LogSeq,
+    },
+    /// A checkpoint never moves backwards.
+    #[error("cannot checkpoint through seq {requested}: the checkpoint is already at {current}")]
+    Regressed { requested: LogSeq, current: LogSeq },
+    /// Truncation deletes only what a durable checkpoint covers.
+    #[error(
+        "cannot truncate through seq {requested}: the checkpoint is {checkpoint:?} \
+         (truncate only through a checkpointed seq)"
+    )]
+    BeyondCheckpoint {
+        requested: LogSeq,
+        checkpoint: Option<LogSeq>,
+    },
+    /// Checkpoints and truncation need a segmented log.
+    #[error("this WAL is a single file; checkpoint and truncation need a segmented WAL")]
+    NotSegmented,
+    /// Writing the checkpoint, or deleting a segment, failed. The log's records are untouched;
+    /// the checkpoint is the old or the new one, and deleted segments are a prefix.
+    #[error("WAL retention I/O failed: {0}")]
+    Io(#[from] VfsError),
 }

@@ -32,6 +32,7 @@ use std::ops::Range;
 
 use bytes::Bytes;
 
+use crate::header::HEADER_BYTES;
 use crate::vfs::{SyncKind, VfsError};
 
 use super::record::{self, PAYLOAD_BYTES_MAX};
@@ -74,6 +75,9 @@ pub struct WalWriterStats {
     pub syncs: u64,
     /// Directory syncs issued by the writer.
     pub dir_syncs: u64,
+    /// Segments the writer started after the first one (rotations). Always 0 for a
+    /// single-file log.
+    pub segments_started: u64,
     /// Records per group, log2 buckets (see [`GROUP_HISTOGRAM_BUCKETS`]).
     pub group_records_histogram: [u64; GROUP_HISTOGRAM_BUCKETS],
     /// First seq not yet durable.
@@ -106,7 +110,10 @@ struct StagedBatch {
 }
 
 /// A group to write: the driver writes `chunks` back to back at `offset`, then issues `sync`
-/// (if any), then calls [`GroupCommit::handle_group_done`].
+/// (if any), then calls [`GroupCommit::handle_group_done`]. When `starts_segment` is set, the
+/// driver first creates the segment whose first seq is `seqs.start` (preallocated, its header
+/// and name made durable per policy) and writes the group there; `offset` is then the first
+/// byte after that segment's header.
 #[derive(Debug)]
 #[must_use = "a polled group must be written and reported with handle_group_done"]
 pub struct Group {
@@ -116,6 +123,7 @@ pub struct Group {
     pub bytes: usize,
     pub chunks: Vec<Bytes>,
     pub sync: Option<SyncKind>,
+    pub starts_segment: bool,
 }
 
 /// Granted by [`GroupCommit::claim_leadership`].
@@ -153,10 +161,13 @@ pub enum WaitState {
 pub struct GroupCommit {
     sync: Option<SyncKind>,
     max_group_bytes: usize,
+    /// Bytes of one segment file, header included, when the log is segmented. A group never
+    /// crosses it: a group that would is written at the start of a new segment instead.
+    segment_bytes: Option<u64>,
     retained_bytes_max: usize,
     visible_end: LogSeq,
     durable_end: LogSeq,
-    /// File offset of the next group.
+    /// Offset of the next group in the current file (segment).
     write_offset: u64,
     pending: VecDeque<StagedBatch>,
     pending_records: u64,
@@ -174,11 +185,13 @@ pub struct GroupCommit {
 }
 
 impl GroupCommit {
-    /// A core resuming a log whose next record is `next_seq` at byte `write_offset`.
+    /// A core resuming a log whose next record is `next_seq` at byte `write_offset` of the
+    /// current file (the last segment, if the log is segmented).
     pub fn new(options: &WalOptions, next_seq: LogSeq, write_offset: u64) -> Self {
         GroupCommit {
             sync: options.policy.group_sync(),
             max_group_bytes: options.resolved_max_group_bytes(),
+            segment_bytes: options.segment_bytes,
             retained_bytes_max: options.retained_bytes_max,
             visible_end: next_seq,
             durable_end: next_seq,
@@ -215,6 +228,11 @@ impl GroupCommit {
     /// Records staged but not yet taken into a group: what a gathering leader watches grow.
     pub fn pending_records(&self) -> u64 {
         self.pending_records
+    }
+
+    /// The sync that ends each group, per policy.
+    pub fn sync_kind(&self) -> Option<SyncKind> {
+        self.sync
     }
 
     pub fn max_group_bytes(&self) -> usize {
@@ -387,12 +405,28 @@ impl GroupCommit {
         }
         let first = self.pending.front()?;
         let start = LogSeq(first.end.0 - first.records);
+        // Staging bounded every batch by max_group_bytes, which resolved_max_group_bytes keeps
+        // within one segment's record space, so a batch that does not fit this segment fits an
+        // empty one: records never straddle segments.
+        let (offset, room, starts_segment) = match self.segment_bytes {
+            Some(segment_bytes) => {
+                let room = segment_bytes.saturating_sub(self.write_offset);
+                if first.encoded.len() as u64 <= room {
+                    (self.write_offset, room, false)
+                } else {
+                    let header = HEADER_BYTES as u64;
+                    (header, segment_bytes - header, true)
+                }
+            }
+            None => (self.write_offset, u64::MAX, false),
+        };
+        let bound = (self.max_group_bytes as u64).min(room);
         let mut bytes = 0usize;
         let mut records = 0u64;
         let mut chunks = Vec::new();
         while let Some(batch) = self.pending.front() {
             // Whole batches only; the first always fits because staging bounded it.
-            if !chunks.is_empty() && bytes + batch.encoded.len() > self.max_group_bytes {
+            if !chunks.is_empty() && (bytes + batch.encoded.len()) as u64 > bound {
                 break;
             }
             let batch = self.pending.pop_front().expect("front exists");
@@ -404,12 +438,13 @@ impl GroupCommit {
         let end = LogSeq(start.0 + records);
         self.in_flight = Some(end);
         Some(Group {
-            offset: self.write_offset,
+            offset,
             seqs: start..end,
             records,
             bytes,
             chunks,
             sync: self.sync,
+            starts_segment,
         })
     }
 
@@ -427,7 +462,10 @@ impl GroupCommit {
                     "groups complete in seq order"
                 );
                 self.durable_end = group.seqs.end;
-                self.write_offset += group.bytes as u64;
+                self.write_offset = group.offset + group.bytes as u64;
+                if group.starts_segment {
+                    self.stats.segments_started += 1;
+                }
                 self.stats.groups += 1;
                 self.stats.records += group.records;
                 self.stats.bytes += group.bytes as u64;

@@ -20,14 +20,19 @@
 pub mod group_commit;
 pub mod record;
 pub mod replay;
+pub mod segment;
 
 mod error;
 mod writer;
 
-pub use error::{WalOpenError, WalRetireError, WalWriteError};
+pub use error::{WalOpenError, WalRetentionError, WalRetireError, WalWriteError};
 pub use record::RecordRef;
 pub use replay::{Recovery, RecoveryEnd, WalReader, replay};
-pub use writer::{SetupMode, VisibleRecord, WalRetirement, WalWriter, WalWriterStats, setup_log};
+pub use segment::WalTruncation;
+pub use writer::{
+    SegmentedSetup, SetupMode, VisibleRecord, WalRetirement, WalWriter, WalWriterStats, setup_log,
+    setup_segments, start_segment,
+};
 
 use crate::vfs::SyncKind;
 
@@ -116,6 +121,10 @@ pub struct WalOptions {
     /// Bytes of committed records kept for [`WalWriter::visible_records`] until retired. `0`
     /// keeps none: `visible_records` then always returns an empty list.
     pub retained_bytes_max: usize,
+    /// `Some(bytes)`: the log is a directory of preallocated segment files of this size, header
+    /// included (see [`segment`]); at least [`segment::SEGMENT_BYTES_MIN`].
+    /// `None`: the log is one file that grows (the foundation's format).
+    pub segment_bytes: Option<u64>,
 }
 
 impl WalOptions {
@@ -125,13 +134,35 @@ impl WalOptions {
             first_seq: LogSeq(0),
             max_group_bytes: None,
             retained_bytes_max: RETAINED_BYTES_MAX_DEFAULT,
+            segment_bytes: None,
         }
     }
 
+    /// [`Self::new`] for a segmented log with segments of `segment_bytes`.
+    pub const fn segmented(policy: DurabilityPolicy, segment_bytes: u64) -> Self {
+        WalOptions {
+            segment_bytes: Some(segment_bytes),
+            ..WalOptions::new(policy)
+        }
+    }
+
+    /// The group bound in effect: the configured or default one, and never more than one
+    /// segment's record space, so that a group (and so every batch) fits one segment.
     pub const fn resolved_max_group_bytes(&self) -> usize {
-        match self.max_group_bytes {
+        let bytes = match self.max_group_bytes {
             Some(bytes) => bytes,
             None => self.policy.default_max_group_bytes(),
+        };
+        match self.segment_bytes {
+            Some(segment) => {
+                let room = segment.saturating_sub(crate::header::HEADER_BYTES as u64);
+                if (bytes as u64) < room {
+                    bytes
+                } else {
+                    room as usize
+                }
+            }
+            None => bytes,
         }
     }
 }

@@ -15,9 +15,12 @@
 
 use crate::frame::{FrameReader, Next, ScanEnd};
 use crate::header::{Family, FileHeader, HEADER_BYTES, HeaderError, MAGIC};
+use std::sync::Arc;
+
 use crate::vfs::{OpenMode, Vfs, VfsFile};
 
 use super::record::{self, RecordRef};
+use super::segment::{self, SegmentReader, SegmentedRecovery};
 use super::{LogSeq, WAL_VERSION, WalOpenError};
 
 /// What replay found.
@@ -34,6 +37,9 @@ pub struct Recovery {
     pub valid_end: u64,
     /// The file's length when replay read it.
     pub file_len: u64,
+    /// The end of the last non-zero byte after `valid_end`, or `valid_end` when every byte
+    /// after it is zero: what a writer of a preallocated segment must clear before appending.
+    pub dirty_end: u64,
     pub end: RecoveryEnd,
 }
 
@@ -58,6 +64,7 @@ impl Recovery {
             records: 0,
             valid_end: 0,
             file_len,
+            dirty_end: file_len,
             end: RecoveryEnd::NewLog,
         }
     }
@@ -73,19 +80,23 @@ fn header_prefix_is_creation_residue(bytes: &[u8]) -> bool {
 }
 
 /// The record-level scan over a [`FrameReader`]: header check, record decoding, contiguity.
-/// It does not own the file; [`replay`] lends it one, [`WalReader`] owns one.
+/// It does not own the file: [`replay`] lends it one, [`WalReader`] and the segment reader own
+/// theirs.
 #[derive(Debug)]
-struct RecordScan {
+pub(super) struct RecordScan {
     frames: Option<FrameReader>,
-    first_seq: LogSeq,
+    pub(super) first_seq: LogSeq,
     expected: LogSeq,
     records: u64,
     file_len: u64,
-    finished: Option<Recovery>,
+    pub(super) finished: Option<Recovery>,
 }
 
 impl RecordScan {
-    fn start(file: &dyn VfsFile, first_seq_if_new: LogSeq) -> Result<Self, WalOpenError> {
+    pub(super) fn start(
+        file: &dyn VfsFile,
+        first_seq_if_new: LogSeq,
+    ) -> Result<Self, WalOpenError> {
         let file_len = file.len()?;
         let mut scan = RecordScan {
             frames: None,
@@ -117,64 +128,77 @@ impl RecordScan {
         Ok(scan)
     }
 
-    fn next(&mut self, file: &dyn VfsFile) -> Result<Option<RecordRef<'_>>, WalOpenError> {
-        // Destructured so that the frame borrowed from `frames` and the bookkeeping fields are
-        // disjoint borrows.
-        let RecordScan {
-            frames,
-            first_seq,
-            expected,
-            records,
-            file_len,
-            finished,
-        } = self;
-        if finished.is_some() {
-            return Ok(None);
+    /// Moves to the next valid record and says whether there is one ([`Self::record`] then
+    /// borrows it). `false` means the valid prefix ended: `finished` says how.
+    pub(super) fn advance(&mut self, file: &dyn VfsFile) -> Result<bool, WalOpenError> {
+        if self.finished.is_some() {
+            return Ok(false);
         }
-        let frames = frames
+        let frames = self
+            .frames
             .as_mut()
             .expect("a scan with a header has a frame reader");
-        let mut finish = |valid_end: u64, end: RecoveryEnd| {
-            *finished = Some(Recovery {
-                first_seq: *first_seq,
-                next_seq: *expected,
-                records: *records,
-                valid_end,
-                file_len: *file_len,
-                end,
-            });
-        };
-        match frames.next_frame(file)? {
+        let (valid_end, dirty_end, end) = match frames.next_frame(file)? {
             Next::Frame { offset, body } => {
                 let rec =
                     record::decode_body(body).ok_or(WalOpenError::MalformedRecord { offset })?;
-                if rec.seq != *expected {
+                if rec.seq != self.expected {
                     return Err(WalOpenError::SeqGap {
                         offset,
-                        expected: expected.0,
+                        expected: self.expected.0,
                         found: rec.seq.0,
                     });
                 }
-                *expected = expected.next();
-                *records += 1;
-                Ok(Some(rec))
+                self.expected = self.expected.next();
+                self.records += 1;
+                return Ok(true);
             }
-            Next::End(ScanEnd::Clean { end }) => {
-                finish(end, RecoveryEnd::Clean);
-                Ok(None)
-            }
-            Next::End(ScanEnd::TornTail { valid_end, .. }) => {
-                finish(valid_end, RecoveryEnd::TornTail);
-                Ok(None)
-            }
+            Next::End(ScanEnd::Clean { end }) => (end, end, RecoveryEnd::Clean),
+            Next::End(ScanEnd::TornTail {
+                valid_end,
+                nonzero_end,
+                ..
+            }) => (valid_end, nonzero_end, RecoveryEnd::TornTail),
             Next::End(ScanEnd::Corrupt {
                 offset,
                 valid_frame_at,
-            }) => Err(WalOpenError::Corrupt {
-                offset,
-                valid_record_at: valid_frame_at,
-            }),
-        }
+            }) => {
+                return Err(WalOpenError::Corrupt {
+                    offset,
+                    valid_record_at: valid_frame_at,
+                });
+            }
+        };
+        self.finished = Some(Recovery {
+            first_seq: self.first_seq,
+            next_seq: self.expected,
+            records: self.records,
+            valid_end,
+            file_len: self.file_len,
+            dirty_end,
+            end,
+        });
+        Ok(false)
+    }
+
+    /// The record [`Self::advance`] moved to, which it validated.
+    pub(super) fn record(&self) -> RecordRef<'_> {
+        let body = self
+            .frames
+            .as_ref()
+            .map_or(&[][..], FrameReader::last_frame_body);
+        record::decode_body(body).expect("advance validated this record")
+    }
+
+    pub(super) fn next(
+        &mut self,
+        file: &dyn VfsFile,
+    ) -> Result<Option<RecordRef<'_>>, WalOpenError> {
+        Ok(if self.advance(file)? {
+            Some(self.record())
+        } else {
+            None
+        })
     }
 }
 
@@ -199,29 +223,73 @@ pub fn replay(
 }
 
 /// Reads a WAL record by record, without writing to it: the reader behind `stele wal dump`, the
-/// component's `reader` resource, and tests. Memory is bounded as in [`replay`].
+/// component's `reader` resource, and tests. Memory is bounded as in [`replay`]. It reads a
+/// single-file log or a segment directory (see [`super::segment::SegmentReader`]).
 #[derive(Debug)]
 pub struct WalReader {
-    file: Box<dyn VfsFile>,
-    scan: RecordScan,
+    vfs: Arc<dyn Vfs>,
+    source: Source,
+}
+
+#[derive(Debug)]
+enum Source {
+    SingleFile {
+        file: Box<dyn VfsFile>,
+        scan: RecordScan,
+    },
+    Segments(SegmentReader),
 }
 
 impl WalReader {
-    /// Opens the log at `path`, which must exist. A zero-byte file reads as an empty log.
-    pub fn open(vfs: &dyn Vfs, path: &str) -> Result<Self, WalOpenError> {
-        let file = vfs.open(path, OpenMode::Existing)?;
-        let scan = RecordScan::start(&*file, LogSeq(0))?;
-        Ok(WalReader { file, scan })
+    /// Opens the log at `path`, which must exist: a file (a zero-byte file reads as an empty
+    /// log) or a directory of segments.
+    pub fn open(vfs: Arc<dyn Vfs>, path: &str) -> Result<Self, WalOpenError> {
+        let source = match vfs.open(path, OpenMode::Existing) {
+            Ok(file) => {
+                let scan = RecordScan::start(&*file, LogSeq(0))?;
+                Source::SingleFile { file, scan }
+            }
+            // A directory cannot be opened as a file: a real filesystem says so (EISDIR), a
+            // flat in-memory one finds no file. A listing that names a segment or a checkpoint
+            // tells it is a segmented log; anything else keeps the open's error.
+            Err(open_error) => match vfs.list(path) {
+                Ok(names)
+                    if names.iter().any(|n| {
+                        segment::parse_segment_file_name(n).is_some()
+                            || n == segment::CHECKPOINT_FILE
+                    }) =>
+                {
+                    Source::Segments(SegmentReader::start(&*vfs, path, LogSeq(0))?)
+                }
+                _ => return Err(open_error.into()),
+            },
+        };
+        Ok(WalReader { vfs, source })
     }
 
     /// The next valid record, or `None` at the end of the valid prefix (after which
     /// [`Self::recovery`] says how it ended).
     pub fn next_record(&mut self) -> Result<Option<RecordRef<'_>>, WalOpenError> {
-        self.scan.next(&*self.file)
+        match &mut self.source {
+            Source::SingleFile { file, scan } => scan.next(&**file),
+            Source::Segments(reader) => reader.next_record(&*self.vfs),
+        }
     }
 
-    /// How the valid prefix ended, once [`Self::next_record`] has returned `None`.
+    /// How the valid prefix ended, once [`Self::next_record`] has returned `None`. For a
+    /// segmented log this is the log as a whole ([`SegmentedRecovery::recovery`]).
     pub fn recovery(&self) -> Option<Recovery> {
-        self.scan.finished
+        match &self.source {
+            Source::SingleFile { scan, .. } => scan.finished,
+            Source::Segments(reader) => reader.recovery().map(|r| r.recovery),
+        }
+    }
+
+    /// Per-segment detail, for a segmented log that has been read to its end.
+    pub fn segmented_recovery(&self) -> Option<SegmentedRecovery> {
+        match &self.source {
+            Source::SingleFile { .. } => None,
+            Source::Segments(reader) => reader.recovery(),
+        }
     }
 }

@@ -2,15 +2,20 @@
 //! followers; there is no timer and no background thread.
 
 use std::ops::Range;
-use std::sync::{Condvar, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 
 use crate::header::{Family, FileHeader, HEADER_BYTES};
-use crate::vfs::{OpenMode, Vfs, VfsError, VfsFile, parent_dir};
+use crate::vfs::{OpenMode, SyncKind, Vfs, VfsError, VfsFile, parent_dir};
 
 use super::group_commit::{Group, GroupCommit, LeaderStep, Leadership, WaitState};
 use super::replay::{Recovery, RecoveryEnd, replay};
+use super::segment::{
+    self, SEGMENT_BYTES_MIN, SegmentEnd, SegmentRetention, SegmentedRecovery, WalTruncation, join,
+    segment_file_name, segment_path,
+};
 use super::{
-    DurabilityPolicy, LogSeq, WAL_VERSION, WalOpenError, WalOptions, WalRetireError, WalWriteError,
+    DurabilityPolicy, LogSeq, WAL_VERSION, WalOpenError, WalOptions, WalRetentionError,
+    WalRetireError, WalWriteError,
 };
 
 pub use super::group_commit::{VisibleRecord, WalRetirement, WalWriterStats};
@@ -90,6 +95,150 @@ pub fn setup_log(
     Ok((core, recovery))
 }
 
+/// What [`setup_segments`] hands a driver of a segmented log.
+#[derive(Debug)]
+pub struct SegmentedSetup {
+    pub core: GroupCommit,
+    pub recovery: SegmentedRecovery,
+    /// The segment that groups are appended to.
+    pub current: Box<dyn VfsFile>,
+    /// First seqs of the live segments, `current`'s last.
+    pub live: Vec<LogSeq>,
+    /// The segment size in effect.
+    pub segment_bytes: u64,
+}
+
+/// Bytes zeroed per write when a torn tail is cleared: bounds the buffer, not the range.
+const ZERO_CHUNK_BYTES: u64 = 1 << 20;
+
+/// Zeroes `[from, to)` of `file`. A segment's torn tail is cleared this way, because cutting
+/// the file would undo its preallocation.
+fn zero_range(file: &dyn VfsFile, from: u64, to: u64) -> Result<(), VfsError> {
+    let zeros = vec![0u8; ZERO_CHUNK_BYTES.min(to.saturating_sub(from)) as usize];
+    let mut at = from;
+    while at < to {
+        let n = (to - at).min(zeros.len() as u64) as usize;
+        file.write_at(at, &zeros[..n])?;
+        at += n as u64;
+    }
+    Ok(())
+}
+
+/// Creates the segment whose first record will be `first_seq` ([`segment::prepare_segment`]).
+///
+/// `Truncate`, not `CreateNew`: a file already at this name can only be the residue of a
+/// rotation that crashed before its syncs returned.
+pub fn start_segment(
+    vfs: &dyn Vfs,
+    dir: &str,
+    first_seq: LogSeq,
+    segment_bytes: u64,
+    sync: Option<SyncKind>,
+) -> Result<Box<dyn VfsFile>, VfsError> {
+    let file = vfs.open(&segment_path(dir, first_seq), OpenMode::Truncate)?;
+    segment::prepare_segment(vfs, dir, &*file, first_seq, segment_bytes, sync)?;
+    Ok(file)
+}
+
+/// [`setup_log`] for a segmented log in directory `dir` (created if missing), with
+/// `options.segment_bytes` (default [`super::segment::SEGMENT_BYTES_DEFAULT`]).
+///
+/// Recovery runs over every segment first ([`segment::replay_segments`]); on an error nothing
+/// is modified. Then, before the first append: an unfinished rotation's residue is removed, a
+/// torn tail in the last segment is zeroed, and a log with no segment gets its first one; each
+/// of these is synced (file, then directory) under `FullSync` and `Barrier`.
+///
+/// # Errors
+/// [`WalOpenError::SingleFileLog`] if `dir` is a file; [`WalOpenError::SegmentTooSmall`];
+/// [`WalOpenError::NotEmpty`] when creating over segments; recovery's errors; Vfs errors.
+pub fn setup_segments(
+    vfs: &dyn Vfs,
+    dir: &str,
+    options: WalOptions,
+    mode: SetupMode,
+) -> Result<SegmentedSetup, WalOpenError> {
+    let segment_bytes = options
+        .segment_bytes
+        .unwrap_or(segment::SEGMENT_BYTES_DEFAULT);
+    if segment_bytes < SEGMENT_BYTES_MIN {
+        return Err(WalOpenError::SegmentTooSmall {
+            segment_bytes,
+            segment_bytes_min: SEGMENT_BYTES_MIN,
+        });
+    }
+    let options = WalOptions {
+        segment_bytes: Some(segment_bytes),
+        ..options
+    };
+    if !dir.is_empty() {
+        if vfs.open(dir, OpenMode::Existing).is_ok() {
+            return Err(WalOpenError::SingleFileLog {
+                path: dir.to_owned(),
+            });
+        }
+        vfs.create_dir(dir)?;
+    }
+    let recovery = segment::replay_segments(vfs, dir, options.first_seq, |_| {})?;
+    if mode == SetupMode::Create && recovery.usable_segments().next().is_some() {
+        return Err(WalOpenError::NotEmpty {
+            len: recovery.usable_segments().map(|s| s.file_len).sum(),
+        });
+    }
+    let sync = options.policy.group_sync();
+    let (mut file_syncs, mut dir_syncs) = (0, 0);
+    if let Some(unfinished) = recovery.unfinished_segment() {
+        vfs.remove(&join(dir, &segment_file_name(unfinished.first_seq)))?;
+        if sync.is_some() {
+            vfs.sync_dir(dir)?;
+            dir_syncs += 1;
+        }
+    }
+    let mut live: Vec<LogSeq> = recovery.usable_segments().map(|s| s.first_seq).collect();
+    let (current, core) = match recovery.usable_segments().last() {
+        None => {
+            let first_seq = recovery.recovery.first_seq;
+            let file = start_segment(vfs, dir, first_seq, segment_bytes, sync)?;
+            if sync.is_some() {
+                file_syncs += 1;
+                dir_syncs += 1;
+                if !dir.is_empty() {
+                    // The directory itself may be new: its entry in the parent must be durable
+                    // too, or a power loss could drop it with every segment in it.
+                    vfs.sync_dir(parent_dir(dir))?;
+                    dir_syncs += 1;
+                }
+            }
+            live.push(first_seq);
+            let core = GroupCommit::new(&options, first_seq, HEADER_BYTES as u64);
+            (file, core)
+        }
+        Some(last) => {
+            let path = join(dir, &segment_file_name(last.first_seq));
+            let file = vfs.open(&path, OpenMode::Existing)?;
+            if let SegmentEnd::TornTail { dirty_end } = last.end {
+                // The cleared tail must be durable before anything is appended after it, or a
+                // crash could bring the torn bytes back behind new records.
+                zero_range(&*file, last.valid_end, dirty_end)?;
+                if let Some(kind) = sync {
+                    file.sync(kind)?;
+                    file_syncs += 1;
+                }
+            }
+            let core = GroupCommit::new(&options, last.next_seq, last.valid_end);
+            (file, core)
+        }
+    };
+    let mut core = core;
+    core.count_setup_syncs(file_syncs, dir_syncs);
+    Ok(SegmentedSetup {
+        core,
+        recovery,
+        current,
+        live,
+        segment_bytes,
+    })
+}
+
 /// How many times at most a gathering leader ([`Leadership::gather`]) yields, once the previous
 /// group's callers have left, so that they can commit again; [`GroupCommit::keep_gathering`]
 /// stops it at the first round that brings no record. It bounds the delay a gathering leader
@@ -106,10 +255,15 @@ pub const GATHER_ROUNDS_MAX: usize = 8;
 /// callers are waiting durably, the leader hands leadership to one of them (see
 /// [`super::group_commit`] for why).
 ///
+/// A segmented writer (see [`Self::open_segmented`]) rotates inside the group commit: a group
+/// that would overflow the current segment is written at the start of a new one, which the
+/// leader creates and preallocates first. [`Self::checkpoint`] and [`Self::truncate_through`]
+/// then let the log's owner delete what it has absorbed.
+///
 /// `WalWriter` is `Send + Sync`: share it with `Arc` across threads.
 #[derive(Debug)]
 pub struct WalWriter {
-    file: Box<dyn VfsFile>,
+    storage: Storage,
     core: Mutex<GroupCommit>,
     /// Signalled after every group: its waiters re-check, and a waiter may take leadership.
     group_done: Condvar,
@@ -119,6 +273,28 @@ pub struct WalWriter {
     /// Where a multi-batch group is assembled for one write. Only the leader touches it, so it
     /// is never contended; the mutex only proves that to the compiler.
     group_buf: Mutex<Vec<u8>>,
+}
+
+/// Where groups go.
+#[derive(Debug)]
+enum Storage {
+    /// The foundation's format: one file that grows.
+    SingleFile(Box<dyn VfsFile>),
+    Segments(Segments),
+}
+
+#[derive(Debug)]
+struct Segments {
+    vfs: Arc<dyn Vfs>,
+    dir: String,
+    segment_bytes: u64,
+    sync: Option<SyncKind>,
+    /// The segment that groups go to. Only the leader locks it, for a whole group write
+    /// (rotation included), so it is never contended.
+    current: Mutex<Box<dyn VfsFile>>,
+    /// Checkpoint and truncation state. Held while segments are deleted, so that truncations
+    /// and checkpoints are serialized; a rotation takes it only to record its new segment.
+    retention: Mutex<SegmentRetention>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -178,7 +354,7 @@ impl WalWriter {
     ) -> Result<Self, WalOpenError> {
         let file = vfs.open(path, OpenMode::Create)?;
         let (core, _) = setup_log(vfs, path, &*file, options, SetupMode::Create)?;
-        Ok(Self::from_parts(file, core))
+        Ok(Self::from_parts(Storage::SingleFile(file), core))
     }
 
     /// Recovers the log at `path` and resumes appending after its last valid record. A missing
@@ -206,12 +382,67 @@ impl WalWriter {
     ) -> Result<(Self, Recovery), WalOpenError> {
         let file = vfs.open(path, OpenMode::Create)?;
         let (core, recovery) = setup_log(vfs, path, &*file, options, SetupMode::Open)?;
-        Ok((Self::from_parts(file, core), recovery))
+        Ok((Self::from_parts(Storage::SingleFile(file), core), recovery))
     }
 
-    fn from_parts(file: Box<dyn VfsFile>, core: GroupCommit) -> Self {
+    /// Creates a segmented log in directory `dir` (created if missing; it must hold no
+    /// segment), with segments of `options.segment_bytes` (64 MiB unless set).
+    ///
+    /// Durability: under `FullSync` and `Barrier`, on `Ok` the first segment (header and
+    /// preallocated size), its name and the directory's own name are synced, so the empty log
+    /// and its first seq survive power loss. Under `Skip` nothing is synced.
+    ///
+    /// # Errors
+    /// As [`setup_segments`] says.
+    pub fn create_segmented(
+        vfs: Arc<dyn Vfs>,
+        dir: &str,
+        options: WalOptions,
+    ) -> Result<Self, WalOpenError> {
+        let setup = setup_segments(&*vfs, dir, options, SetupMode::Create)?;
+        Ok(Self::from_segmented(vfs, dir, setup))
+    }
+
+    /// Recovers the segmented log in `dir` (a missing or empty directory becomes a new log at
+    /// `options.first_seq`) and resumes after its last valid record.
+    ///
+    /// Before this returns, under `FullSync` and `Barrier`, an unfinished rotation's residue has
+    /// been removed and a torn tail zeroed, each durably, so no later append can land after
+    /// unfinished bytes.
+    ///
+    /// # Errors
+    /// A bad header or checkpoint, corruption, a seq gap inside or between segments, a first
+    /// segment that starts after the checkpoint's next seq, or a Vfs error. Nothing is modified
+    /// when recovery fails.
+    pub fn open_segmented(
+        vfs: Arc<dyn Vfs>,
+        dir: &str,
+        options: WalOptions,
+    ) -> Result<(Self, SegmentedRecovery), WalOpenError> {
+        let setup = setup_segments(&*vfs, dir, options, SetupMode::Open)?;
+        let recovery = setup.recovery.clone();
+        Ok((Self::from_segmented(vfs, dir, setup), recovery))
+    }
+
+    fn from_segmented(vfs: Arc<dyn Vfs>, dir: &str, setup: SegmentedSetup) -> Self {
+        let sync = setup.core.sync_kind();
+        let storage = Storage::Segments(Segments {
+            vfs,
+            dir: dir.to_owned(),
+            segment_bytes: setup.segment_bytes,
+            sync,
+            current: Mutex::new(setup.current),
+            retention: Mutex::new(SegmentRetention {
+                live: setup.live,
+                checkpoint: setup.recovery.checkpoint,
+            }),
+        });
+        Self::from_parts(storage, setup.core)
+    }
+
+    fn from_parts(storage: Storage, core: GroupCommit) -> Self {
         WalWriter {
-            file,
+            storage,
             core: Mutex::new(core),
             group_done: Condvar::new(),
             waiter_left: Condvar::new(),
@@ -379,6 +610,9 @@ impl WalWriter {
             drop(core);
             let result = self.write_group(&group);
             core = lock(&self.core);
+            if result.is_ok() && group.starts_segment && group.sync.is_some() {
+                core.count_setup_syncs(1, 1);
+            }
             core.handle_group_done(&group, result);
             let step = core.poll_leader_step();
             self.group_done.notify_all();
@@ -389,19 +623,104 @@ impl WalWriter {
     }
 
     fn write_group(&self, group: &Group) -> Result<(), VfsError> {
+        match &self.storage {
+            Storage::SingleFile(file) => self.write_group_to(&**file, group),
+            Storage::Segments(segments) => {
+                let mut current = lock(&segments.current);
+                if group.starts_segment {
+                    // The old segment needs no sync here: under a syncing policy its last group
+                    // was synced before this group was polled.
+                    *current = start_segment(
+                        &*segments.vfs,
+                        &segments.dir,
+                        group.seqs.start,
+                        segments.segment_bytes,
+                        segments.sync,
+                    )?;
+                    lock(&segments.retention).live.push(group.seqs.start);
+                }
+                self.write_group_to(&**current, group)
+            }
+        }
+    }
+
+    fn write_group_to(&self, file: &dyn VfsFile, group: &Group) -> Result<(), VfsError> {
         if let [only] = group.chunks.as_slice() {
-            self.file.write_at(group.offset, only)?;
+            file.write_at(group.offset, only)?;
         } else {
             let mut buf = lock(&self.group_buf);
             buf.clear();
             for chunk in &group.chunks {
                 buf.extend_from_slice(chunk);
             }
-            self.file.write_at(group.offset, &buf)?;
+            file.write_at(group.offset, &buf)?;
         }
         match group.sync {
-            Some(kind) => self.file.sync(kind),
+            Some(kind) => file.sync(kind),
             None => Ok(()),
+        }
+    }
+
+    /// Durably records that the owner has absorbed every record through `absorbed_through`
+    /// (inclusive), which allows [`Self::truncate_through`] to delete them.
+    ///
+    /// Durability: on `Ok` the checkpoint survives power loss, whatever the policy (it is
+    /// staged, fsynced, renamed into place and the directory fsynced). A checkpoint equal to
+    /// the current one returns `Ok` and writes nothing.
+    ///
+    /// # Errors
+    /// [`WalRetentionError::BeyondDurable`] unless `absorbed_through` is durable (never
+    /// clamped); [`WalRetentionError::Regressed`] below the current checkpoint;
+    /// [`WalRetentionError::NotSegmented`] for a single-file log; `Io` if writing failed, after
+    /// which the old checkpoint is still the one in effect.
+    pub fn checkpoint(&self, absorbed_through: LogSeq) -> Result<(), WalRetentionError> {
+        let Storage::Segments(segments) = &self.storage else {
+            return Err(WalRetentionError::NotSegmented);
+        };
+        let durable_end = self.durable_end();
+        lock(&segments.retention).checkpoint(
+            &*segments.vfs,
+            &segments.dir,
+            absorbed_through,
+            durable_end,
+        )
+    }
+
+    /// Deletes the segments whose records all lie at or below `through`, oldest first, then
+    /// syncs the directory. The segment being appended to is never deleted.
+    ///
+    /// Durability: on `Ok` the deletions survive power loss. A crash midway leaves a suffix of
+    /// the segments (deletion is oldest first), so a reopen never sees a gap.
+    ///
+    /// # Errors
+    /// [`WalRetentionError::BeyondCheckpoint`] unless a checkpoint covers `through`;
+    /// [`WalRetentionError::NotSegmented`]; `Io` if a delete or the directory sync failed (the
+    /// segments deleted so far stay deleted; the call can be repeated).
+    pub fn truncate_through(&self, through: LogSeq) -> Result<WalTruncation, WalRetentionError> {
+        let Storage::Segments(segments) = &self.storage else {
+            return Err(WalRetentionError::NotSegmented);
+        };
+        let truncation =
+            lock(&segments.retention).truncate_through(&*segments.vfs, &segments.dir, through)?;
+        if truncation.segments_removed > 0 {
+            lock(&self.core).count_setup_syncs(0, 1);
+        }
+        Ok(truncation)
+    }
+
+    /// The first seqs of the live segments, in order (empty for a single-file log).
+    pub fn segments(&self) -> Vec<LogSeq> {
+        match &self.storage {
+            Storage::SingleFile(_) => Vec::new(),
+            Storage::Segments(segments) => lock(&segments.retention).live.clone(),
+        }
+    }
+
+    /// The durable checkpoint: the seq the owner has absorbed through, if one was recorded.
+    pub fn checkpointed_through(&self) -> Option<LogSeq> {
+        match &self.storage {
+            Storage::SingleFile(_) => None,
+            Storage::Segments(segments) => lock(&segments.retention).checkpoint,
         }
     }
 

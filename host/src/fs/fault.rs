@@ -697,6 +697,17 @@ impl Vfs for FaultFs {
         result
     }
 
+    /// Directories are implicit in this model (a path prefix), so creating one changes nothing
+    /// and cannot be lost in a crash. The model therefore does not catch an engine that forgets
+    /// to sync a new directory's parent; only file entries are modeled as volatile.
+    fn create_dir(&self, dir: &str) -> Result<(), VfsError> {
+        let state = self.lock();
+        if state.model.live_names.contains_key(dir) {
+            return Err(VfsError::AlreadyExists);
+        }
+        Ok(())
+    }
+
     fn exists(&self, path: &str) -> Result<bool, VfsError> {
         let state = self.lock();
         let dir_prefix = format!("{path}/");

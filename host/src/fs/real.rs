@@ -237,6 +237,21 @@ impl Vfs for RealFs {
         self.root.remove_file(path).map_err(|e| map_err(path, e))
     }
 
+    fn create_dir(&self, dir: &str) -> Result<(), VfsError> {
+        check_path(dir, false)?;
+        match self.root.create_dir(dir) {
+            Ok(()) => Ok(()),
+            // An existing directory is what the caller asked for; an existing file is not.
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
+                match self.root.symlink_metadata(dir) {
+                    Ok(meta) if meta.is_dir() => Ok(()),
+                    _ => Err(VfsError::AlreadyExists),
+                }
+            }
+            Err(e) => Err(map_err(dir, e)),
+        }
+    }
+
     fn exists(&self, path: &str) -> Result<bool, VfsError> {
         check_path(path, false)?;
         match self.root.symlink_metadata(path) {
