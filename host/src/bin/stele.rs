@@ -14,6 +14,7 @@ use stele_host::{Journal, Mode, Wal, read_wal, replay_journal};
 
 mod bench;
 mod push_log_cmd;
+mod wal_segments_cmd;
 
 use push_log_cmd::{PushLogCommand, push_log_command};
 
@@ -112,8 +113,12 @@ enum WalCommand {
     /// `stele wal dump PATH` must show every seq that was printed. Opens (and recovers) an
     /// existing log, so repeated runs append to it.
     Soak {
-        /// The WAL file (created if missing).
+        /// The WAL (created if missing): a file, or with --segment-bytes a segment directory.
         path: PathBuf,
+        /// Make PATH a directory of preallocated segments of this many bytes (at least 4096;
+        /// 67108864 is the usual 64 MiB).
+        #[arg(long)]
+        segment_bytes: Option<u64>,
         /// Writer threads.
         #[arg(long, default_value_t = 4)]
         threads: usize,
@@ -127,13 +132,37 @@ enum WalCommand {
         #[arg(long)]
         sandboxed: bool,
     },
-    /// Print every valid record of a WAL file, then how its valid prefix ended.
+    /// Print every valid record of a WAL (a file or a segment directory), then how its valid
+    /// prefix ended.
     Dump {
-        /// The WAL file.
+        /// The WAL file or segment directory.
         path: PathBuf,
         /// Run the reader inside the component instead of natively.
         #[arg(long)]
         sandboxed: bool,
+    },
+    /// List the segments of a segmented WAL: each file's seq range, the bytes its records use,
+    /// its preallocated size and its state (clean; torn tail; unfinished rotation), whether the
+    /// checkpoint covers it (so `truncate_through` may delete it), then the checkpoint and where
+    /// the log ends. Reads every record, checking checksums and seq contiguity across segments.
+    Segments {
+        /// The segment directory.
+        dir: PathBuf,
+        /// One JSON object instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Convert a single-file WAL (the original format) into a segment directory: same records,
+    /// same seqs, each batch fsynced; the copy is then read back and compared record by record.
+    /// The source is left as it was. A torn tail in the source is not copied (and reported).
+    Convert {
+        /// The single-file WAL to read.
+        from: PathBuf,
+        /// The segment directory to create (it must not hold segments yet).
+        to: PathBuf,
+        /// Segment size in bytes (default 64 MiB).
+        #[arg(long)]
+        segment_bytes: Option<u64>,
     },
 }
 
@@ -204,6 +233,12 @@ fn main() -> ExitCode {
         Command::Journal(command) => return journal_command(command),
         Command::Demo(args) => demo(args),
         Command::Wal(WalCommand::Dump { path, sandboxed }) => wal_dump(&path, sandboxed),
+        Command::Wal(WalCommand::Segments { dir, json }) => wal_segments_cmd::segments(&dir, json),
+        Command::Wal(WalCommand::Convert {
+            from,
+            to,
+            segment_bytes,
+        }) => wal_segments_cmd::convert(&from, &to, segment_bytes),
         Command::Bench {
             dir,
             records,
@@ -241,11 +276,19 @@ fn main() -> ExitCode {
         }
         Command::Wal(WalCommand::Soak {
             path,
+            segment_bytes,
             threads,
             payload_bytes,
             count,
             sandboxed,
-        }) => wal_soak(&path, threads, payload_bytes, count, sandboxed),
+        }) => wal_soak(
+            &path,
+            segment_bytes,
+            threads,
+            payload_bytes,
+            count,
+            sandboxed,
+        ),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -448,6 +491,7 @@ fn wal_dump(path: &std::path::Path, sandboxed: bool) -> Result<()> {
 
 fn wal_soak(
     path: &std::path::Path,
+    segment_bytes: Option<u64>,
     threads: usize,
     payload_bytes: usize,
     count: Option<u64>,
@@ -464,6 +508,7 @@ fn wal_soak(
     };
     let options = WalOptions {
         retained_bytes_max: 0,
+        segment_bytes,
         ..WalOptions::new(DurabilityPolicy::FullSync)
     };
     let (wal, recovery) =

@@ -1,0 +1,246 @@
+//! `stele wal segments` and `stele wal convert`: the segment directory, seen and made.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use anyhow::{Context, Result, bail};
+use stele::vfs::Vfs;
+use stele::wal::segment::{SEGMENT_BYTES_DEFAULT, SegmentEnd, segment_file_name};
+use stele::wal::{DurabilityPolicy, LogSeq, RecoveryEnd, WalOptions, WalReader, WalWriter};
+
+use crate::root_and_name;
+
+/// Records per `commit_many_durable` while converting: one group per batch, so the batch must
+/// fit a segment; the encoded-byte bound below is what keeps it there.
+const CONVERT_BATCH_RECORDS_MAX: usize = 4096;
+/// Encoded bytes per conversion batch: large enough that the fsync per batch is amortized over
+/// a megabyte, and never more than a segment's record space (checked against it).
+const CONVERT_BATCH_BYTES_MAX: usize = 1 << 20;
+
+/// Prints each segment of the log in `dir`: its seq range, the bytes its records use, its size
+/// on disk and its state, then the checkpoint and the whole log's end.
+pub fn segments(dir: &Path, json: bool) -> Result<()> {
+    let (fs, name) = root_and_name(dir)?;
+    let vfs: Arc<dyn Vfs> = fs;
+    let mut reader = WalReader::open(vfs, &name).with_context(|| format!("{}", dir.display()))?;
+    while reader
+        .next_record()
+        .with_context(|| format!("{}", dir.display()))?
+        .is_some()
+    {}
+    let Some(found) = reader.segmented_recovery() else {
+        bail!(
+            "{}: a single-file WAL, not a segment directory (convert it with `stele wal convert`)",
+            dir.display()
+        );
+    };
+    let covered = |next_seq: LogSeq| {
+        found
+            .checkpoint
+            .is_some_and(|c| next_seq.0 <= c.0.saturating_add(1))
+    };
+    if json {
+        let rows: Vec<String> = found
+            .segments
+            .iter()
+            .map(|s| {
+                format!(
+                    "{{\"file\":\"{}\",\"first_seq\":{},\"next_seq\":{},\"records\":{},\
+                     \"bytes_used\":{},\"file_len\":{},\"state\":\"{}\",\"checkpointed\":{}}}",
+                    segment_file_name(s.first_seq),
+                    s.first_seq,
+                    s.next_seq,
+                    s.records,
+                    s.valid_end,
+                    s.file_len,
+                    state(s.end),
+                    covered(s.next_seq)
+                )
+            })
+            .collect();
+        println!(
+            "{{\"segments\":[{}],\"checkpoint\":{},\"next_seq\":{},\"end\":\"{:?}\"}}",
+            rows.join(","),
+            found
+                .checkpoint
+                .map_or_else(|| "null".to_owned(), |c| c.to_string()),
+            found.recovery.next_seq,
+            found.recovery.end
+        );
+        return Ok(());
+    }
+    println!(
+        "| segment | seqs | records | bytes used | size | state | checkpointed |\n\
+         |---|---|---|---:|---:|---|---|"
+    );
+    for s in &found.segments {
+        let seqs = if s.records == 0 {
+            "(none)".to_owned()
+        } else {
+            format!("{}..={}", s.first_seq, s.next_seq.0 - 1)
+        };
+        println!(
+            "| {} | {} | {} | {} | {} | {} | {} |",
+            segment_file_name(s.first_seq),
+            seqs,
+            s.records,
+            s.valid_end,
+            s.file_len,
+            state(s.end),
+            if covered(s.next_seq) { "yes" } else { "no" }
+        );
+    }
+    println!(
+        "checkpoint: {}; next seq: {}; end: {:?}",
+        found
+            .checkpoint
+            .map_or_else(|| "none".to_owned(), |c| format!("through seq {c}")),
+        found.recovery.next_seq,
+        found.recovery.end
+    );
+    Ok(())
+}
+
+fn state(end: SegmentEnd) -> String {
+    match end {
+        SegmentEnd::Clean => "clean".to_owned(),
+        SegmentEnd::TornTail { dirty_end } => format!("torn tail (non-zero bytes to {dirty_end})"),
+        SegmentEnd::Unfinished => "unfinished rotation (no header)".to_owned(),
+    }
+}
+
+/// Copies the valid records of the single-file WAL `from` into a new segmented WAL at `to`,
+/// with the same seqs, every batch synced, then reads `to` back and checks it record for record.
+/// `from` is not modified.
+pub fn convert(from: &Path, to: &Path, segment_bytes: Option<u64>) -> Result<()> {
+    let (from_fs, from_name) = root_and_name(from)?;
+    let mut source =
+        WalReader::open(from_fs, &from_name).with_context(|| format!("{}", from.display()))?;
+    let (to_fs, to_name) = root_and_name(to)?;
+    let to_vfs: Arc<dyn Vfs> = to_fs;
+    let segment_bytes = segment_bytes.unwrap_or(SEGMENT_BYTES_DEFAULT);
+    // The source's first seq is known only after its header: read the first record first.
+    let mut batch: Vec<(u16, Vec<u8>)> = Vec::new();
+    let mut batch_bytes = 0usize;
+    let mut first_seq = None;
+    let mut writer: Option<WalWriter> = None;
+    let mut copied = 0u64;
+    let room = usize::try_from(segment_bytes)
+        .unwrap_or(usize::MAX)
+        .saturating_sub(stele::header::HEADER_BYTES);
+    let batch_bytes_max = CONVERT_BATCH_BYTES_MAX.min(room);
+    loop {
+        let next = source
+            .next_record()
+            .with_context(|| format!("{}", from.display()))?;
+        let Some(record) = next else { break };
+        let encoded = stele::wal::record::encoded_len(record.payload.len());
+        if encoded > room {
+            bail!(
+                "{}: record {} encodes to {encoded} bytes, more than a segment of {segment_bytes} \
+                 bytes holds; convert with a larger --segment-bytes",
+                from.display(),
+                record.seq
+            );
+        }
+        first_seq.get_or_insert(record.seq);
+        if batch.len() == CONVERT_BATCH_RECORDS_MAX || batch_bytes + encoded > batch_bytes_max {
+            copied += flush_batch(
+                &mut writer,
+                &to_vfs,
+                &to_name,
+                first_seq,
+                segment_bytes,
+                &mut batch,
+            )
+            .with_context(|| format!("{}", to.display()))?;
+            batch_bytes = 0;
+        }
+        batch.push((record.op, record.payload.to_vec()));
+        batch_bytes += encoded;
+    }
+    let recovery = source.recovery().expect("a finished reader has a recovery");
+    copied += flush_batch(
+        &mut writer,
+        &to_vfs,
+        &to_name,
+        first_seq,
+        segment_bytes,
+        &mut batch,
+    )
+    .with_context(|| format!("{}", to.display()))?;
+    if writer.is_none() {
+        // An empty source still becomes a log, at its first seq.
+        let options = WalOptions {
+            first_seq: recovery.first_seq,
+            ..WalOptions::segmented(DurabilityPolicy::FullSync, segment_bytes)
+        };
+        WalWriter::create_segmented(to_vfs.clone(), &to_name, options)
+            .with_context(|| format!("{}", to.display()))?;
+    }
+    drop(writer);
+
+    // Read the copy back: same seqs, same ops, same payloads.
+    let (from_fs, _) = root_and_name(from)?;
+    let mut again = WalReader::open(from_fs, &from_name)?;
+    let mut copy = WalReader::open(to_vfs, &to_name)?;
+    let mut checked = 0u64;
+    while let Some(original) = again.next_record()? {
+        let (seq, op, payload) = (original.seq, original.op, original.payload.to_vec());
+        match copy.next_record()? {
+            Some(c) if c.seq == seq && c.op == op && c.payload == payload.as_slice() => {}
+            _ => bail!("{}: the copy differs at seq {seq}", to.display()),
+        }
+        checked += 1;
+    }
+    if copy.next_record()?.is_some() {
+        bail!(
+            "{}: the copy holds more records than the source",
+            to.display()
+        );
+    }
+    let dropped = match recovery.end {
+        RecoveryEnd::TornTail => format!(
+            "; the source's torn tail ({} bytes) was not copied",
+            recovery.torn_bytes()
+        ),
+        _ => String::new(),
+    };
+    println!(
+        "converted {copied} records (seqs {}..{}) into {} with {segment_bytes}-byte segments; \
+         read back and checked {checked}{dropped}",
+        recovery.first_seq,
+        recovery.next_seq,
+        to.display()
+    );
+    Ok(())
+}
+
+/// Commits `batch` durably to the converted log, creating it on the first batch, and returns
+/// how many records it held.
+fn flush_batch(
+    writer: &mut Option<WalWriter>,
+    vfs: &Arc<dyn Vfs>,
+    name: &str,
+    first_seq: Option<LogSeq>,
+    segment_bytes: u64,
+    batch: &mut Vec<(u16, Vec<u8>)>,
+) -> Result<u64> {
+    if batch.is_empty() {
+        return Ok(0);
+    }
+    if writer.is_none() {
+        let options = WalOptions {
+            first_seq: first_seq.unwrap_or_default(),
+            retained_bytes_max: 0,
+            ..WalOptions::segmented(DurabilityPolicy::FullSync, segment_bytes)
+        };
+        *writer = Some(WalWriter::create_segmented(vfs.clone(), name, options)?);
+    }
+    let records: Vec<(u16, &[u8])> = batch.iter().map(|(op, p)| (*op, &p[..])).collect();
+    let w = writer.as_ref().expect("created above");
+    w.commit_many_durable(&records)?;
+    let n = batch.len() as u64;
+    batch.clear();
+    Ok(n)
+}
