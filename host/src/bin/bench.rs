@@ -8,6 +8,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use anyhow::{Context, Result};
+use stele::wal::segment::SEGMENT_BYTES_DEFAULT;
 use stele::wal::{DurabilityPolicy, WalOptions};
 use stele_host::fs::RealFs;
 use stele_host::{Mode, Wal};
@@ -36,6 +37,9 @@ pub enum Workload {
     NonDurable,
     /// Opening (recovering) a 256 MiB WAL: MB/s and peak RSS, in every mode.
     Recovery,
+    /// One durable writer, single-file WAL against preallocated segments, medians of rounds;
+    /// and the latency of a commit that rotates to a new segment against one that does not.
+    Segments,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -114,19 +118,52 @@ fn limit(dir: &Path, records: usize, payload: usize, preallocated: bool) -> Resu
     })
 }
 
+/// The log layout a Stele row measures.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Layout {
+    /// The original format: one file that grows.
+    SingleFile,
+    /// A directory of preallocated segments of this many bytes.
+    Segments(u64),
+}
+
+impl Layout {
+    fn label(self) -> String {
+        match self {
+            Layout::SingleFile => "single file".into(),
+            Layout::Segments(bytes) if bytes % (1 << 20) == 0 => {
+                format!("{} MiB segments", bytes >> 20)
+            }
+            Layout::Segments(bytes) => format!("{} KiB segments", bytes >> 10),
+        }
+    }
+}
+
+/// Removes what a previous row left at `path` (a file or a segment directory).
+fn remove_log(path: &Path) {
+    let _ = std::fs::remove_file(path);
+    let _ = std::fs::remove_dir_all(path);
+}
+
+#[allow(clippy::too_many_arguments)] // a benchmark row's full description
 fn stele(
     dir: &Path,
     mode: Mode,
     driver: Driver,
+    layout: Layout,
     writers: usize,
     records: usize,
     payload: usize,
 ) -> Result<Row> {
     let name = format!("bench-{}-{writers}.wal", mode.name());
-    let _ = std::fs::remove_file(dir.join(&name));
+    remove_log(&dir.join(&name));
     let fs = Arc::new(RealFs::open_root(dir)?);
     let options = WalOptions {
         retained_bytes_max: 0,
+        segment_bytes: match layout {
+            Layout::SingleFile => None,
+            Layout::Segments(bytes) => Some(bytes),
+        },
         ..WalOptions::new(DurabilityPolicy::Barrier)
     };
     let wal = Wal::create(fs, &name, options, mode)?;
@@ -176,8 +213,13 @@ fn stele(
     } else {
         "tokio tasks"
     };
+    let system = match layout {
+        Layout::Segments(SEGMENT_BYTES_DEFAULT) => format!("stele {} ({driver_name})", mode.name()),
+        other => format!("stele {} ({driver_name}, {})", mode.name(), other.label()),
+    };
+    remove_log(&dir.join(&name));
     Ok(Row {
-        system: format!("stele {} ({driver_name})", mode.name()),
+        system,
         mode: mode.name(),
         writers,
         records: latencies.len(),
@@ -313,6 +355,133 @@ pub fn run(dir: &Path, args: &BenchArgs) -> Result<()> {
     if args.workloads.contains(&Workload::PushLog) {
         push_log_table(dir, args, json.as_mut())?;
     }
+    if args.workloads.contains(&Workload::Segments) {
+        segments_table(dir, args, json.as_mut())?;
+    }
+    Ok(())
+}
+
+/// Rounds of the one-writer comparison; each row's figure is the median over them, and the
+/// systems run alternated within each round so that they share the machine's noise.
+const SEGMENT_TABLE_ROUNDS: usize = 3;
+
+/// Segments small enough that a short run rotates dozens of times (about 110 records of 128 B
+/// each), for the rotation latency rows.
+const ROTATION_SEGMENT_BYTES: u64 = 16 << 10;
+
+/// One durable writer (128 B unless told): the limits, Stele single-file and segmented, each
+/// the median of [`SEGMENT_TABLE_ROUNDS`] rounds; then, with small segments, the latency of the
+/// commits that rotated to a new segment against the ones that did not.
+fn segments_table(dir: &Path, args: &BenchArgs, json: Option<&mut std::fs::File>) -> Result<()> {
+    let payload = journal_payload(args);
+    let records = args.records.min(4000);
+    let mut rounds: Vec<Vec<Row>> = Vec::new();
+    for _ in 0..SEGMENT_TABLE_ROUNDS {
+        let mut round = vec![
+            limit(dir, records, payload, true)?,
+            limit(dir, records, payload, false)?,
+        ];
+        for (mode, layout) in [
+            (Mode::Native, Layout::SingleFile),
+            (Mode::Native, Layout::Segments(SEGMENT_BYTES_DEFAULT)),
+            (Mode::Sandboxed, Layout::SingleFile),
+            (Mode::Sandboxed, Layout::Segments(SEGMENT_BYTES_DEFAULT)),
+        ] {
+            let mut row = stele(dir, mode, Driver::Threads, layout, 1, records, payload)?;
+            row.system = format!("stele {} ({})", mode.name(), layout.label());
+            round.push(row);
+        }
+        rounds.push(round);
+    }
+    let median = |i: usize| {
+        let mut rates: Vec<f64> = rounds.iter().map(|r| r[i].records_per_s()).collect();
+        rates.sort_by(f64::total_cmp);
+        rates[rates.len() / 2]
+    };
+    let limit_rps = median(0);
+    let append_rps = median(1);
+    println!(
+        "\nOne durable writer, {payload} B records (policy Barrier = fdatasync on Linux): \
+         records/s are medians of {SEGMENT_TABLE_ROUNDS} alternated rounds of {records} commits; \
+         p50/p99 from the last round.\n"
+    );
+    println!(
+        "| system | records/s (median) | each round | p50 µs | p99 µs | × limit prealloc | × limit append |"
+    );
+    println!("|---|---:|---|---:|---:|---:|---:|");
+    let last = rounds.last().expect("rounds ran");
+    let mut json = json;
+    for (i, row) in last.iter().enumerate() {
+        let rate = median(i);
+        let each: Vec<String> = rounds
+            .iter()
+            .map(|r| format!("{:.0}", r[i].records_per_s()))
+            .collect();
+        println!(
+            "| {} | {rate:.0} | {} | {:.0} | {:.0} | {:.2} | {:.2} |",
+            row.system,
+            each.join(" / "),
+            row.percentile(0.5),
+            row.percentile(0.99),
+            rate / limit_rps,
+            rate / append_rps
+        );
+        if let Some(out) = json.as_deref_mut() {
+            writeln!(
+                out,
+                "{{\"workload\":\"one-writer-segments\",\"system\":\"{}\",\"mode\":\"{}\",\"writers\":1,\"payload_bytes\":{payload},\"records_per_s\":{rate:.1},\"mb_per_s\":{:.3},\"fsyncs_per_record\":null,\"p50_us\":{:.1},\"p99_us\":{:.1}}}",
+                row.system,
+                row.mode,
+                rate * payload as f64 / 1e6,
+                row.percentile(0.5),
+                row.percentile(0.99),
+            )?;
+        }
+    }
+
+    // Rotation latency: one writer, so each commit is its own group, and the commit during
+    // which `segments_started` grew is the one that created, preallocated and synced the next
+    // segment (file sync and directory sync) before writing its record.
+    let name = "bench-rotation.wal";
+    remove_log(&dir.join(name));
+    let fs: Arc<dyn stele::vfs::Vfs> = Arc::new(RealFs::open_root(dir)?);
+    let options = WalOptions {
+        retained_bytes_max: 0,
+        ..WalOptions::segmented(DurabilityPolicy::Barrier, ROTATION_SEGMENT_BYTES)
+    };
+    let wal = stele::wal::WalWriter::create_segmented(fs, name, options)?;
+    let body = vec![0x5Au8; payload];
+    let (mut rotating, mut plain) = (Vec::new(), Vec::new());
+    for _ in 0..records {
+        let before = wal.stats().segments_started;
+        let t = Instant::now();
+        wal.commit_durable(1, &body)?;
+        let us = t.elapsed().as_secs_f64() * 1e6;
+        if wal.stats().segments_started > before {
+            rotating.push(us);
+        } else {
+            plain.push(us);
+        }
+    }
+    drop(wal);
+    remove_log(&dir.join(name));
+    let pct = |v: &mut Vec<f64>, p: f64| {
+        v.sort_by(f64::total_cmp);
+        v.get(((v.len() as f64 - 1.0) * p).round() as usize)
+            .copied()
+            .unwrap_or(0.0)
+    };
+    println!(
+        "\nRotation latency, stele native, one writer, {} KiB segments, {records} durable \
+         commits of {payload} B:\n",
+        ROTATION_SEGMENT_BYTES >> 10
+    );
+    println!("| commits | count | p50 µs | p99 µs | max µs |");
+    println!("|---|---:|---:|---:|---:|");
+    for (label, v) in [("rotating", &mut rotating), ("not rotating", &mut plain)] {
+        let (p50, p99, max) = (pct(v, 0.5), pct(v, 0.99), pct(v, 1.0));
+        println!("| {label} | {} | {p50:.0} | {p99:.0} | {max:.0} |", v.len());
+    }
     Ok(())
 }
 
@@ -353,7 +522,8 @@ fn durable_commit_table(
             (Mode::Sandboxed, Driver::Tasks, args.records),
             (Mode::SandboxedPlain, Driver::Threads, one_sync_per_commit),
         ] {
-            rows.push(stele(dir, mode, driver, n, records, payload)?);
+            let layout = Layout::Segments(SEGMENT_BYTES_DEFAULT);
+            rows.push(stele(dir, mode, driver, layout, n, records, payload)?);
         }
         rows.push(okaywal_row(dir, n, args.records, payload)?);
         rows.push(sqlite_row(dir, n, one_sync_per_commit, payload)?);

@@ -68,7 +68,7 @@ enum Command {
             long,
             value_enum,
             value_delimiter = ',',
-            default_value = "wal,non-durable,recovery,journal,push-log"
+            default_value = "wal,segments,non-durable,recovery,journal,push-log"
         )]
         workloads: Vec<bench::Workload>,
         /// Journal appends per system.
