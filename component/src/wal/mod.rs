@@ -1,8 +1,9 @@
-//! The write-ahead log: group commit over one append-only file.
+//! The write-ahead log: group commit over one append-only file or a directory of segments.
 //!
 //! What it owns: the WAL file format ([`record`], on top of [`crate::frame`] and
-//! [`crate::header`]), recovery ([`mod@replay`]), the group-commit state machine
-//! ([`group_commit::GroupCommit`], sans-I/O) and the thread driver ([`WalWriter`]).
+//! [`crate::header`]), segments ([`segment`]), recovery ([`mod@replay`]), the group-commit
+//! state machine ([`group_commit::GroupCommit`], sans-I/O) and the thread driver
+//! ([`WalWriter`]).
 //!
 //! What it promises, in one place (the method docs repeat the part that concerns them):
 //! - Sequences are dense: every committed record gets the next [`LogSeq`], and replay refuses a
@@ -15,7 +16,9 @@
 //! - After a failed write or sync, the writer is poisoned: nothing more is reported durable.
 //!
 //! File layout: a 32-byte [`crate::header`] (family WAL, version [`WAL_VERSION`], family word
-//! = first seq), then records back to back. `docs/FORMAT.md` has the byte-level description.
+//! = first seq), then records back to back. A log is either one such file that grows, or a
+//! directory of preallocated segment files of that layout ([`segment`]), with rotation,
+//! checkpoint and truncation. `docs/FORMAT.md` has the byte-level description.
 
 pub mod group_commit;
 pub mod record;

@@ -247,7 +247,8 @@ pub fn setup_segments(
 /// leadership. Chosen, not tuned.
 pub const GATHER_ROUNDS_MAX: usize = 8;
 
-/// Single-file WAL writer using caller threads as leader and followers.
+/// WAL writer, over one file or a directory of segments, using caller threads as leader and
+/// followers.
 ///
 /// There is no timer and no background flusher. An idle arrival becomes leader at once and
 /// writes what is pending as one group. Arrivals while a group is in flight stage into the next
