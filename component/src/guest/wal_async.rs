@@ -15,7 +15,7 @@ use std::future::poll_fn;
 use std::rc::Rc;
 use std::task::{Poll, Waker};
 
-use crate::vfs::{OpenMode, SyncKind, VfsError, VfsFile};
+use crate::vfs::{OpenMode, Vfs, VfsError, VfsFile};
 use crate::wal::group_commit::{Group, GroupCommit, LeaderStep, Leadership, WaitState};
 use crate::wal::segment::{self, SegmentRetention, segment_path};
 use crate::wal::{
@@ -62,7 +62,6 @@ pub struct AsyncWriter {
 struct AsyncSegments {
     dir: String,
     segment_bytes: u64,
-    sync: Option<SyncKind>,
     retention: RefCell<SegmentRetention>,
 }
 
@@ -102,7 +101,6 @@ impl AsyncWriter {
                 segments: Some(AsyncSegments {
                     dir: path.to_owned(),
                     segment_bytes: setup.segment_bytes,
-                    sync: setup.core.sync_kind(),
                     retention: RefCell::new(SegmentRetention {
                         live: setup.live,
                         checkpoint: setup.recovery.checkpoint,
@@ -192,7 +190,9 @@ impl AsyncWriter {
             let file = match self.group_file(&group) {
                 Ok(file) => file,
                 Err(cause) => {
-                    self.finish_group(&group, Err(cause));
+                    // A failed rotation poisons the writer as a failed write does.
+                    let step = self.finish_group(&group, Err(cause));
+                    debug_assert_eq!(step, LeaderStep::Release);
                     return;
                 }
             };
@@ -209,6 +209,12 @@ impl AsyncWriter {
                     .await
                     .map_err(from_wit);
             }
+            if result.is_ok() && self.rotation_dir_sync_needed(&group) {
+                result = vfs_async::sync_dir(self.segmented().dir.clone())
+                    .await
+                    .map_err(from_wit);
+                self.core.borrow_mut().count_setup_syncs(0, 1);
+            }
             if self.finish_group(&group, result) != LeaderStep::Continue {
                 return;
             }
@@ -216,31 +222,30 @@ impl AsyncWriter {
     }
 
     /// The file `group` goes to: the current segment, or, when the group starts a segment, a new
-    /// one, created and synced first. The rotation's syncs go through the synchronous imports,
-    /// so the instance serves no other call meanwhile: once per segment, at most two syncs.
+    /// one (header and size written, nothing synced: see [`Self::finish_rotation`]).
     fn group_file(&self, group: &Group) -> Result<Rc<WitFile>, VfsError> {
         if group.starts_segment {
-            let segments = self
-                .segments
-                .as_ref()
-                .expect("only a segmented core starts segments");
+            let segments = self.segmented();
             let path = segment_path(&segments.dir, group.seqs.start);
             let file = open_file(&path, OpenMode::Truncate)?;
-            segment::prepare_segment(
-                &WitVfs,
-                &segments.dir,
-                &file,
-                group.seqs.start,
-                segments.segment_bytes,
-                segments.sync,
-            )?;
-            if segments.sync.is_some() {
-                self.core.borrow_mut().count_setup_syncs(1, 1);
-            }
+            segment::prepare_segment(&file, group.seqs.start, segments.segment_bytes)?;
             segments.retention.borrow_mut().live.push(group.seqs.start);
             *self.file.borrow_mut() = Rc::new(file);
         }
         Ok(self.file.borrow().clone())
+    }
+
+    fn segmented(&self) -> &AsyncSegments {
+        self.segments
+            .as_ref()
+            .expect("only a segmented core starts segments")
+    }
+
+    /// After a group that started a segment was written and synced: the sync made header, size
+    /// and records durable; the directory sync makes the new name durable, before any record in
+    /// it is acknowledged.
+    fn rotation_dir_sync_needed(&self, group: &Group) -> bool {
+        group.starts_segment && group.sync.is_some()
     }
 
     /// The next group to write, or `None` after releasing leadership (nothing pending).
@@ -279,7 +284,11 @@ impl AsyncWriter {
             if let (Ok(file), Some(kind)) = (&result, group.sync) {
                 result = file.sync(kind).map(|()| file.clone());
             }
-            let result = result.map(drop);
+            let mut result = result.map(drop);
+            if result.is_ok() && self.rotation_dir_sync_needed(&group) {
+                result = WitVfs.sync_dir(&self.segmented().dir);
+                self.core.borrow_mut().count_setup_syncs(0, 1);
+            }
             if self.finish_group(&group, result) != LeaderStep::Continue {
                 return;
             }

@@ -230,11 +230,6 @@ impl GroupCommit {
         self.pending_records
     }
 
-    /// The sync that ends each group, per policy.
-    pub fn sync_kind(&self) -> Option<SyncKind> {
-        self.sync
-    }
-
     pub fn max_group_bytes(&self) -> usize {
         self.max_group_bytes
     }

@@ -20,10 +20,13 @@
 //!   previous one's next seq. A missing segment in the middle is corruption
 //!   ([`WalOpenError::SegmentGap`]); segments missing before the first survivor are what
 //!   truncation leaves, and are fine while the checkpoint covers them.
-//! - A new segment is created, its header written, preallocated (`set_len`) and, under a
-//!   syncing policy, synced and its name made durable by a directory sync, all before any record
-//!   is written to it. So a last segment whose header is still zero is an unfinished rotation
-//!   that holds nothing acknowledged; recovery skips it and a writer removes it.
+//! - A rotation opens the new segment, writes its header, preallocates it (`set_len`) and
+//!   writes the group there; under a syncing policy the group's own sync then makes header, size
+//!   and records durable together, and a directory sync makes the name durable, before any
+//!   record in it is acknowledged. One sync of the file, not two: a crash before both syncs
+//!   returned loses only unacknowledged records. So a last segment whose header is still zero
+//!   is an unfinished rotation that holds nothing acknowledged; recovery skips it and a writer
+//!   removes it, and a last segment with a header and a torn group is a torn tail.
 //! - The checkpoint is replaced atomically (stage, fsync, rename, fsync the directory), so after
 //!   any crash it holds the old or the new seq, never a torn one.
 
@@ -492,18 +495,14 @@ impl SegmentRetention {
     }
 }
 
-/// Makes `file`, just opened (created or truncated) at the segment name of `first_seq` in
-/// `dir`, a new segment: its header, its preallocation (`set_len` to `segment_bytes`) and,
-/// when `sync` is given, a sync of the file and then of the directory. No record is written to
-/// a segment before this returns, so a segment whose header is still zero never holds an
-/// acknowledged record (see the module doc).
+/// Makes `file`, just opened (created or truncated) at the segment name of `first_seq`, a new
+/// segment: writes its header and preallocates it (`set_len` to `segment_bytes`). It syncs
+/// nothing: the caller's rule (see the module doc) is that no record in the segment is
+/// acknowledged before a sync of the file that follows this and then a sync of its directory.
 pub fn prepare_segment(
-    vfs: &dyn Vfs,
-    dir: &str,
     file: &dyn VfsFile,
     first_seq: LogSeq,
     segment_bytes: u64,
-    sync: Option<SyncKind>,
 ) -> Result<(), VfsError> {
     let header = FileHeader {
         family: Family::Wal,
@@ -511,12 +510,7 @@ pub fn prepare_segment(
         family_word: first_seq.0,
     };
     file.write_at(0, &header.encode())?;
-    file.set_len(segment_bytes)?;
-    if let Some(kind) = sync {
-        file.sync(kind)?;
-        vfs.sync_dir(dir)?;
-    }
-    Ok(())
+    file.set_len(segment_bytes)
 }
 
 /// The root-relative path of the segment of `first_seq` in `dir`.

@@ -5,7 +5,7 @@ use std::ops::Range;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 
 use crate::header::{Family, FileHeader, HEADER_BYTES};
-use crate::vfs::{OpenMode, SyncKind, Vfs, VfsError, VfsFile, parent_dir};
+use crate::vfs::{OpenMode, Vfs, VfsError, VfsFile, parent_dir};
 
 use super::group_commit::{Group, GroupCommit, LeaderStep, Leadership, WaitState};
 use super::replay::{Recovery, RecoveryEnd, replay};
@@ -124,7 +124,9 @@ fn zero_range(file: &dyn VfsFile, from: u64, to: u64) -> Result<(), VfsError> {
     Ok(())
 }
 
-/// Creates the segment whose first record will be `first_seq` ([`segment::prepare_segment`]).
+/// Creates the segment whose first record will be `first_seq` ([`segment::prepare_segment`]),
+/// unsynced: its caller syncs the file and then the directory before acknowledging anything in
+/// it.
 ///
 /// `Truncate`, not `CreateNew`: a file already at this name can only be the residue of a
 /// rotation that crashed before its syncs returned.
@@ -133,10 +135,9 @@ pub fn start_segment(
     dir: &str,
     first_seq: LogSeq,
     segment_bytes: u64,
-    sync: Option<SyncKind>,
 ) -> Result<Box<dyn VfsFile>, VfsError> {
     let file = vfs.open(&segment_path(dir, first_seq), OpenMode::Truncate)?;
-    segment::prepare_segment(vfs, dir, &*file, first_seq, segment_bytes, sync)?;
+    segment::prepare_segment(&*file, first_seq, segment_bytes)?;
     Ok(file)
 }
 
@@ -197,8 +198,11 @@ pub fn setup_segments(
     let (current, core) = match recovery.usable_segments().last() {
         None => {
             let first_seq = recovery.recovery.first_seq;
-            let file = start_segment(vfs, dir, first_seq, segment_bytes, sync)?;
-            if sync.is_some() {
+            let file = start_segment(vfs, dir, first_seq, segment_bytes)?;
+            if let Some(kind) = sync {
+                // The empty log and its first seq survive power loss from here on.
+                file.sync(kind)?;
+                vfs.sync_dir(dir)?;
                 file_syncs += 1;
                 dir_syncs += 1;
                 if !dir.is_empty() {
@@ -289,7 +293,6 @@ struct Segments {
     vfs: Arc<dyn Vfs>,
     dir: String,
     segment_bytes: u64,
-    sync: Option<SyncKind>,
     /// The segment that groups go to. Only the leader locks it, for a whole group write
     /// (rotation included), so it is never contended.
     current: Mutex<Box<dyn VfsFile>>,
@@ -426,12 +429,10 @@ impl WalWriter {
     }
 
     fn from_segmented(vfs: Arc<dyn Vfs>, dir: &str, setup: SegmentedSetup) -> Self {
-        let sync = setup.core.sync_kind();
         let storage = Storage::Segments(Segments {
             vfs,
             dir: dir.to_owned(),
             segment_bytes: setup.segment_bytes,
-            sync,
             current: Mutex::new(setup.current),
             retention: Mutex::new(SegmentRetention {
                 live: setup.live,
@@ -612,7 +613,7 @@ impl WalWriter {
             let result = self.write_group(&group);
             core = lock(&self.core);
             if result.is_ok() && group.starts_segment && group.sync.is_some() {
-                core.count_setup_syncs(1, 1);
+                core.count_setup_syncs(0, 1);
             }
             core.handle_group_done(&group, result);
             let step = core.poll_leader_step();
@@ -636,11 +637,16 @@ impl WalWriter {
                         &segments.dir,
                         group.seqs.start,
                         segments.segment_bytes,
-                        segments.sync,
                     )?;
                     lock(&segments.retention).live.push(group.seqs.start);
                 }
-                self.write_group_to(&**current, group)
+                self.write_group_to(&**current, group)?;
+                if group.starts_segment && group.sync.is_some() {
+                    // The group's sync made the header, the size and the records durable; this
+                    // makes the new name durable, before any of them is acknowledged.
+                    segments.vfs.sync_dir(&segments.dir)?;
+                }
+                Ok(())
             }
         }
     }
