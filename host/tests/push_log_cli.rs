@@ -1,24 +1,16 @@
 //! `stele push-log scan|compact|seal|unseal` on a real log: the sealed module still parses,
 //! carries the section, and unsealing gives back one batch per push.
 
-use std::process::Command;
 use std::sync::Arc;
 
 use arrow_array::{Int64Array, RecordBatch, StringArray, UInt64Array};
 use stele::push_log::{PushLog, refs};
 use stele_host::fs::RealFs;
 
+mod common;
+
 fn stele(args: &[&str]) -> (bool, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_stele"))
-        .args(args)
-        .output()
-        .unwrap();
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    (out.status.success(), text)
+    common::stele_in(None, args)
 }
 
 #[test]

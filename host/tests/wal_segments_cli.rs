@@ -1,7 +1,6 @@
 //! `stele wal convert|segments|dump|soak` on real files: a single-file log converted into
 //! segments keeps every record and seq, and the segment listing matches the engine's view.
 
-use std::process::Command;
 use std::sync::Arc;
 
 use stele::vfs::Vfs;
@@ -9,18 +8,10 @@ use stele::wal::segment::segment_file_name;
 use stele::wal::{DurabilityPolicy, LogSeq, WalOptions, WalReader, WalWriter};
 use stele_host::fs::RealFs;
 
+mod common;
+
 fn stele(dir: &std::path::Path, args: &[&str]) -> (bool, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_stele"))
-        .current_dir(dir)
-        .args(args)
-        .output()
-        .unwrap();
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    (out.status.success(), text)
+    common::stele_in(Some(dir), args)
 }
 
 fn read_all(vfs: Arc<dyn Vfs>, path: &str) -> Vec<(u64, u16, Vec<u8>)> {

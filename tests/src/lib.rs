@@ -71,6 +71,15 @@ pub fn payload(writer: u64, index: u64, len: usize) -> Vec<u8> {
 }
 
 /// Decodes `(writer, index)` from a [`payload`].
+/// (writer, index): the identity a payload made by [`payload`] carries.
+pub type PayloadId = (u64, u64);
+
+/// The op code a crash workload commits a payload under: derived from its identity, so that
+/// recovery can be checked for the op as well as the bytes.
+pub fn op_of(id: PayloadId) -> u16 {
+    (id.0 * 7 + id.1) as u16
+}
+
 pub fn payload_id(p: &[u8]) -> (u64, u64) {
     (
         u64::from_le_bytes(p[0..8].try_into().unwrap()),

@@ -9,13 +9,12 @@ use stele::wal::{DurabilityPolicy, LogSeq, WalOptions, WalWriter};
 use stele_host::fs::{CrashPlan, FaultFs};
 use stele_host::{Mode, Wal, read_wal};
 use stele_tests::crash::{CrashWorkload, SplitMix, explore, sample_states};
-use stele_tests::{ci_line, payload, payload_id};
+use stele_tests::{ci_line, op_of, payload, payload_id};
 
 const PATH: &str = "w.wal";
 const FIRST_SEQ: u64 = 1000;
 
-/// (writer, index): the identity a payload carries.
-type Id = (u64, u64);
+type Id = stele_tests::PayloadId;
 
 /// 3 writers commit durable and non-durable records, mixed (single commits, durable commits,
 /// durable batches, commits followed by a flush), with payload sizes spanning one to several
@@ -41,10 +40,6 @@ impl WalWorkload {
             ..WalOptions::new(self.policy)
         }
     }
-}
-
-fn op_of(id: Id) -> u16 {
-    (id.0 * 7 + id.1) as u16
 }
 
 impl CrashWorkload for WalWorkload {

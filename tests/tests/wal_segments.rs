@@ -7,7 +7,8 @@ use std::sync::{Arc, Mutex};
 use stele::header::HEADER_BYTES;
 use stele::vfs::{MemVfs, OpenMode, Vfs};
 use stele::wal::segment::{
-    SEGMENT_BYTES_MIN, SegmentEnd, read_checkpoint, replay_segments, segment_file_name,
+    SEGMENT_BYTES_MIN, SegmentEnd, SegmentedRecovery, read_checkpoint, replay_segments,
+    segment_file_name,
 };
 use stele::wal::{
     DurabilityPolicy, LogSeq, RecoveryEnd, WalOpenError, WalOptions, WalRetentionError,
@@ -15,7 +16,7 @@ use stele::wal::{
 };
 use stele_host::fs::{CrashPlan, FaultFs};
 use stele_tests::crash::{CrashWorkload, SplitMix, explore};
-use stele_tests::{ci_line, payload, payload_id};
+use stele_tests::{ci_line, op_of, payload, payload_id};
 
 const DIR: &str = "log";
 const SEGMENT: u64 = SEGMENT_BYTES_MIN;
@@ -34,6 +35,16 @@ fn records(vfs: &dyn Vfs, dir: &str) -> Vec<(u64, u16, Vec<u8>)> {
     out
 }
 
+/// A new segmented log (`FullSync`, 4 KiB segments) at `DIR`.
+fn create(vfs: &Arc<dyn Vfs>) -> WalWriter {
+    WalWriter::create_segmented(vfs.clone(), DIR, options(DurabilityPolicy::FullSync)).unwrap()
+}
+
+/// The log at `DIR`, recovered.
+fn reopen(vfs: &Arc<dyn Vfs>) -> (WalWriter, SegmentedRecovery) {
+    WalWriter::open_segmented(vfs.clone(), DIR, options(DurabilityPolicy::FullSync)).unwrap()
+}
+
 fn mem() -> (MemVfs, Arc<dyn Vfs>) {
     let vfs = MemVfs::new();
     (vfs.clone(), Arc::new(vfs))
@@ -42,8 +53,7 @@ fn mem() -> (MemVfs, Arc<dyn Vfs>) {
 #[test]
 fn commits_rotate_across_preallocated_segments_named_by_first_seq() {
     let (mem, vfs) = mem();
-    let wal =
-        WalWriter::create_segmented(vfs.clone(), DIR, options(DurabilityPolicy::FullSync)).unwrap();
+    let wal = create(&vfs);
     for i in 0..200u64 {
         let seq = wal.commit_durable(1, &payload(0, i, 100)).unwrap();
         assert_eq!(seq, LogSeq(i));
@@ -63,8 +73,7 @@ fn commits_rotate_across_preallocated_segments_named_by_first_seq() {
     }
     drop(wal);
 
-    let (wal, found) =
-        WalWriter::open_segmented(vfs.clone(), DIR, options(DurabilityPolicy::FullSync)).unwrap();
+    let (wal, found) = reopen(&vfs);
     assert_eq!(
         found.recovery.end,
         RecoveryEnd::Clean,
@@ -91,8 +100,7 @@ fn commits_rotate_across_preallocated_segments_named_by_first_seq() {
 #[test]
 fn a_batch_larger_than_a_segment_is_refused_and_one_that_fits_never_straddles() {
     let (_, vfs) = mem();
-    let wal =
-        WalWriter::create_segmented(vfs.clone(), DIR, options(DurabilityPolicy::FullSync)).unwrap();
+    let wal = create(&vfs);
     let big = vec![7u8; SEGMENT as usize];
     assert!(matches!(
         wal.commit_durable(1, &big),
@@ -109,8 +117,7 @@ fn a_batch_larger_than_a_segment_is_refused_and_one_that_fits_never_straddles() 
 #[test]
 fn a_torn_tail_is_zeroed_not_cut_and_leaves_a_clean_segment() {
     let (mem, vfs) = mem();
-    let wal =
-        WalWriter::create_segmented(vfs.clone(), DIR, options(DurabilityPolicy::FullSync)).unwrap();
+    let wal = create(&vfs);
     for i in 0..5 {
         wal.commit_durable(1, &payload(0, i, 50)).unwrap();
     }
@@ -127,8 +134,7 @@ fn a_torn_tail_is_zeroed_not_cut_and_leaves_a_clean_segment() {
     bytes[valid_end..valid_end + torn_len].copy_from_slice(&tail[..torn_len]);
     mem.set_contents(&path, bytes);
 
-    let (wal, found) =
-        WalWriter::open_segmented(vfs.clone(), DIR, options(DurabilityPolicy::FullSync)).unwrap();
+    let (wal, found) = reopen(&vfs);
     assert_eq!(found.recovery.end, RecoveryEnd::TornTail);
     let new_end = valid_end + 2 * 68;
     assert_eq!(found.recovery.valid_end, new_end as u64);
@@ -142,8 +148,7 @@ fn a_torn_tail_is_zeroed_not_cut_and_leaves_a_clean_segment() {
     assert_eq!(after.len() as u64, SEGMENT, "preallocation kept");
     wal.commit_durable(3, b"x").unwrap();
     drop(wal);
-    let (_, found) =
-        WalWriter::open_segmented(vfs.clone(), DIR, options(DurabilityPolicy::FullSync)).unwrap();
+    let (_, found) = reopen(&vfs);
     assert_eq!(
         found.recovery.end,
         RecoveryEnd::Clean,
@@ -157,8 +162,7 @@ fn a_torn_tail_is_zeroed_not_cut_and_leaves_a_clean_segment() {
 #[test]
 fn a_missing_middle_segment_is_a_gap_and_a_misnamed_one_is_refused() {
     let (mem, vfs) = mem();
-    let wal =
-        WalWriter::create_segmented(vfs.clone(), DIR, options(DurabilityPolicy::FullSync)).unwrap();
+    let wal = create(&vfs);
     for i in 0..150 {
         wal.commit_durable(1, &payload(0, i, 100)).unwrap();
     }
@@ -186,8 +190,7 @@ fn a_missing_middle_segment_is_a_gap_and_a_misnamed_one_is_refused() {
 #[test]
 fn an_unfinished_rotation_is_removed_and_the_log_resumes_before_it() {
     let (mem, vfs) = mem();
-    let wal =
-        WalWriter::create_segmented(vfs.clone(), DIR, options(DurabilityPolicy::FullSync)).unwrap();
+    let wal = create(&vfs);
     for i in 0..10 {
         wal.commit_durable(1, &payload(0, i, 100)).unwrap();
     }
@@ -195,8 +198,7 @@ fn an_unfinished_rotation_is_removed_and_the_log_resumes_before_it() {
     // A rotation that crashed after set_len but before its header reached the disk.
     let residue = format!("{DIR}/{}", segment_file_name(LogSeq(10)));
     mem.set_contents(&residue, vec![0u8; SEGMENT as usize]);
-    let (wal, found) =
-        WalWriter::open_segmented(vfs.clone(), DIR, options(DurabilityPolicy::FullSync)).unwrap();
+    let (wal, found) = reopen(&vfs);
     assert_eq!(
         found.unfinished_segment().map(|s| s.first_seq),
         Some(LogSeq(10))
@@ -210,8 +212,7 @@ fn an_unfinished_rotation_is_removed_and_the_log_resumes_before_it() {
 #[test]
 fn checkpoint_then_truncate_deletes_whole_covered_segments_only() {
     let (_, vfs) = mem();
-    let wal =
-        WalWriter::create_segmented(vfs.clone(), DIR, options(DurabilityPolicy::FullSync)).unwrap();
+    let wal = create(&vfs);
     for i in 0..300 {
         wal.commit_durable(1, &payload(0, i, 100)).unwrap();
     }
@@ -248,8 +249,7 @@ fn checkpoint_then_truncate_deletes_whole_covered_segments_only() {
     assert_eq!(next_of_removed, after[0]);
     drop(wal);
 
-    let (wal, found) =
-        WalWriter::open_segmented(vfs.clone(), DIR, options(DurabilityPolicy::FullSync)).unwrap();
+    let (wal, found) = reopen(&vfs);
     assert_eq!(found.checkpoint, Some(LogSeq(150)));
     assert_eq!(found.recovery.first_seq, after[0]);
     assert_eq!(found.recovery.next_seq, LogSeq(300));
@@ -269,8 +269,7 @@ fn checkpoint_then_truncate_deletes_whole_covered_segments_only() {
 #[test]
 fn a_first_segment_after_the_checkpoint_is_a_gap() {
     let (_, vfs) = mem();
-    let wal =
-        WalWriter::create_segmented(vfs.clone(), DIR, options(DurabilityPolicy::FullSync)).unwrap();
+    let wal = create(&vfs);
     for i in 0..100 {
         wal.commit_durable(1, &payload(0, i, 100)).unwrap();
     }
@@ -331,8 +330,7 @@ fn bad_configurations_get_typed_errors() {
 // ---------------------------------------------------------------------------------------------
 // The crash matrix for segments.
 
-/// (writer, index): the identity a payload carries.
-type Id = (u64, u64);
+type Id = stele_tests::PayloadId;
 
 /// Three writers commit durable records of 16 to 700 bytes into 4 KiB segments, so the run
 /// rotates dozens of times. Between the phases the log is checkpointed at half its durable
@@ -351,10 +349,6 @@ struct SegmentOracle {
     acks: Vec<(usize, Id, u64)>,
     /// (boundary at which `checkpoint` returned, the checkpointed seq).
     checkpoint: Option<(usize, u64)>,
-}
-
-fn op_of(id: Id) -> u16 {
-    (id.0 * 7 + id.1) as u16
 }
 
 impl CrashWorkload for SegmentWorkload {

@@ -20,6 +20,7 @@ use crate::wal::group_commit::{Group, GroupCommit, LeaderStep, Leadership, WaitS
 use crate::wal::segment::{self, SegmentRetention, segment_path};
 use crate::wal::{
     LogSeq, Recovery, SetupMode, WalRetentionError, WalWriteError, setup_log, setup_segments,
+    zero_range,
 };
 
 use super::Component;
@@ -204,6 +205,13 @@ impl AsyncWriter {
                     .await
                     .map_err(from_wit)
             };
+            let zero_fill = group.zero_fill.clone();
+            if result.is_ok() && !zero_fill.is_empty() {
+                let zeros = vec![0u8; (zero_fill.end - zero_fill.start) as usize];
+                result = vfs_async::write_at(&file.0, zero_fill.start, zeros)
+                    .await
+                    .map_err(from_wit);
+            }
             if let (Ok(()), Some(kind)) = (&result, group.sync) {
                 result = vfs_async::sync(&file.0, wit_sync_kind(kind))
                     .await
@@ -278,9 +286,11 @@ impl AsyncWriter {
                 return;
             };
             let data: Vec<u8> = group.chunks.concat();
-            let mut result = self
-                .group_file(&group)
-                .and_then(|file| file.write_at(group.offset, &data).map(|()| file));
+            let mut result = self.group_file(&group).and_then(|file| {
+                file.write_at(group.offset, &data)?;
+                zero_range(&*file, group.zero_fill.start, group.zero_fill.end)?;
+                Ok(file)
+            });
             if let (Ok(file), Some(kind)) = (&result, group.sync) {
                 result = file.sync(kind).map(|()| file.clone());
             }

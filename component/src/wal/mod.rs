@@ -32,6 +32,8 @@ pub use error::{WalOpenError, WalRetentionError, WalRetireError, WalWriteError};
 pub use record::RecordRef;
 pub use replay::{Recovery, RecoveryEnd, WalReader, replay};
 pub use segment::WalTruncation;
+#[cfg(all(target_arch = "wasm32", feature = "component-async"))]
+pub(crate) use writer::zero_range;
 pub use writer::{
     SegmentedSetup, SetupMode, VisibleRecord, WalRetirement, WalWriter, WalWriterStats, setup_log,
     setup_segments, start_segment,

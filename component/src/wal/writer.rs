@@ -111,9 +111,9 @@ pub struct SegmentedSetup {
 /// Bytes zeroed per write when a torn tail is cleared: bounds the buffer, not the range.
 const ZERO_CHUNK_BYTES: u64 = 1 << 20;
 
-/// Zeroes `[from, to)` of `file`. A segment's torn tail is cleared this way, because cutting
-/// the file would undo its preallocation.
-fn zero_range(file: &dyn VfsFile, from: u64, to: u64) -> Result<(), VfsError> {
+/// Zeroes `[from, to)` of `file`: how a segment's torn tail is cleared (cutting the file would
+/// undo its preallocation), and how a group's zero fill is written.
+pub(crate) fn zero_range(file: &dyn VfsFile, from: u64, to: u64) -> Result<(), VfsError> {
     let zeros = vec![0u8; ZERO_CHUNK_BYTES.min(to.saturating_sub(from)) as usize];
     let mut at = from;
     while at < to {
@@ -662,6 +662,7 @@ impl WalWriter {
             }
             file.write_at(group.offset, &buf)?;
         }
+        zero_range(file, group.zero_fill.start, group.zero_fill.end)?;
         match group.sync {
             Some(kind) => file.sync(kind),
             None => Ok(()),

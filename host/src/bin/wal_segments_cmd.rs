@@ -8,6 +8,8 @@ use stele::vfs::Vfs;
 use stele::wal::segment::{SEGMENT_BYTES_DEFAULT, SegmentEnd, segment_file_name};
 use stele::wal::{DurabilityPolicy, LogSeq, RecoveryEnd, WalOptions, WalReader, WalWriter};
 
+use stele_host::fs::RealFs;
+
 use crate::root_and_name;
 
 /// Records per `commit_many_durable` while converting: one group per batch, so the batch must
@@ -114,26 +116,28 @@ fn state(end: SegmentEnd) -> String {
 /// `from` is not modified.
 pub fn convert(from: &Path, to: &Path, segment_bytes: Option<u64>) -> Result<()> {
     let (from_fs, from_name) = root_and_name(from)?;
-    let mut source =
-        WalReader::open(from_fs, &from_name).with_context(|| format!("{}", from.display()))?;
+    let mut source = WalReader::open(from_fs.clone(), &from_name)
+        .with_context(|| format!("{}", from.display()))?;
     let (to_fs, to_name) = root_and_name(to)?;
-    let to_vfs: Arc<dyn Vfs> = to_fs;
     let segment_bytes = segment_bytes.unwrap_or(SEGMENT_BYTES_DEFAULT);
-    // The source's first seq is known only after its header: read the first record first.
-    let mut batch: Vec<(u16, Vec<u8>)> = Vec::new();
-    let mut batch_bytes = 0usize;
-    let mut first_seq = None;
-    let mut writer: Option<WalWriter> = None;
-    let mut copied = 0u64;
     let room = usize::try_from(segment_bytes)
         .unwrap_or(usize::MAX)
         .saturating_sub(stele::header::HEADER_BYTES);
-    let batch_bytes_max = CONVERT_BATCH_BYTES_MAX.min(room);
-    loop {
-        let next = source
-            .next_record()
-            .with_context(|| format!("{}", from.display()))?;
-        let Some(record) = next else { break };
+    let mut copy = Copy {
+        vfs: to_fs,
+        name: to_name.clone(),
+        segment_bytes,
+        writer: None,
+        batch: Vec::new(),
+        batch_bytes: 0,
+        batch_bytes_max: CONVERT_BATCH_BYTES_MAX.min(room),
+        copied: 0,
+    };
+    let in_to = |e: anyhow::Error| e.context(format!("{}", to.display()));
+    while let Some(record) = source
+        .next_record()
+        .with_context(|| format!("{}", from.display()))?
+    {
         let encoded = stele::wal::record::encoded_len(record.payload.len());
         if encoded > room {
             bail!(
@@ -143,57 +147,34 @@ pub fn convert(from: &Path, to: &Path, segment_bytes: Option<u64>) -> Result<()>
                 record.seq
             );
         }
-        first_seq.get_or_insert(record.seq);
-        if batch.len() == CONVERT_BATCH_RECORDS_MAX || batch_bytes + encoded > batch_bytes_max {
-            copied += flush_batch(
-                &mut writer,
-                &to_vfs,
-                &to_name,
-                first_seq,
-                segment_bytes,
-                &mut batch,
-            )
-            .with_context(|| format!("{}", to.display()))?;
-            batch_bytes = 0;
-        }
-        batch.push((record.op, record.payload.to_vec()));
-        batch_bytes += encoded;
+        copy.push(record.seq, record.op, record.payload, encoded)
+            .map_err(in_to)?;
     }
     let recovery = source.recovery().expect("a finished reader has a recovery");
-    copied += flush_batch(
-        &mut writer,
-        &to_vfs,
-        &to_name,
-        first_seq,
-        segment_bytes,
-        &mut batch,
-    )
-    .with_context(|| format!("{}", to.display()))?;
-    if writer.is_none() {
-        // An empty source still becomes a log, at its first seq.
-        let options = WalOptions {
-            first_seq: recovery.first_seq,
-            ..WalOptions::segmented(DurabilityPolicy::FullSync, segment_bytes)
-        };
-        WalWriter::create_segmented(to_vfs.clone(), &to_name, options)
-            .with_context(|| format!("{}", to.display()))?;
-    }
+    copy.flush().map_err(in_to)?;
+    // An empty source still becomes a log, at its first seq.
+    copy.writer(recovery.first_seq).map_err(in_to)?;
+    let Copy {
+        vfs,
+        copied,
+        writer,
+        ..
+    } = copy;
     drop(writer);
 
     // Read the copy back: same seqs, same ops, same payloads.
-    let (from_fs, _) = root_and_name(from)?;
     let mut again = WalReader::open(from_fs, &from_name)?;
-    let mut copy = WalReader::open(to_vfs, &to_name)?;
+    let mut copied_log = WalReader::open(vfs, &to_name)?;
     let mut checked = 0u64;
     while let Some(original) = again.next_record()? {
         let (seq, op, payload) = (original.seq, original.op, original.payload.to_vec());
-        match copy.next_record()? {
+        match copied_log.next_record()? {
             Some(c) if c.seq == seq && c.op == op && c.payload == payload.as_slice() => {}
             _ => bail!("{}: the copy differs at seq {seq}", to.display()),
         }
         checked += 1;
     }
-    if copy.next_record()?.is_some() {
+    if copied_log.next_record()?.is_some() {
         bail!(
             "{}: the copy holds more records than the source",
             to.display()
@@ -216,31 +197,60 @@ pub fn convert(from: &Path, to: &Path, segment_bytes: Option<u64>) -> Result<()>
     Ok(())
 }
 
-/// Commits `batch` durably to the converted log, creating it on the first batch, and returns
-/// how many records it held.
-fn flush_batch(
-    writer: &mut Option<WalWriter>,
-    vfs: &Arc<dyn Vfs>,
-    name: &str,
-    first_seq: Option<LogSeq>,
+/// The segmented copy being written: created at the first record's seq, filled in durable
+/// batches of whole records.
+struct Copy {
+    vfs: Arc<RealFs>,
+    name: String,
     segment_bytes: u64,
-    batch: &mut Vec<(u16, Vec<u8>)>,
-) -> Result<u64> {
-    if batch.is_empty() {
-        return Ok(0);
+    writer: Option<WalWriter>,
+    batch: Vec<(u16, Vec<u8>)>,
+    batch_bytes: usize,
+    batch_bytes_max: usize,
+    copied: u64,
+}
+
+impl Copy {
+    /// The writer, created (over a directory that must hold no segments) on first use.
+    fn writer(&mut self, first_seq: LogSeq) -> Result<&WalWriter> {
+        if self.writer.is_none() {
+            let options = WalOptions {
+                first_seq,
+                retained_bytes_max: 0,
+                ..WalOptions::segmented(DurabilityPolicy::FullSync, self.segment_bytes)
+            };
+            let vfs: Arc<dyn Vfs> = self.vfs.clone();
+            self.writer = Some(WalWriter::create_segmented(vfs, &self.name, options)?);
+        }
+        Ok(self.writer.as_ref().expect("created above"))
     }
-    if writer.is_none() {
-        let options = WalOptions {
-            first_seq: first_seq.unwrap_or_default(),
-            retained_bytes_max: 0,
-            ..WalOptions::segmented(DurabilityPolicy::FullSync, segment_bytes)
-        };
-        *writer = Some(WalWriter::create_segmented(vfs.clone(), name, options)?);
+
+    fn push(&mut self, seq: LogSeq, op: u16, payload: &[u8], encoded: usize) -> Result<()> {
+        if self.batch.len() == CONVERT_BATCH_RECORDS_MAX
+            || self.batch_bytes + encoded > self.batch_bytes_max
+        {
+            self.flush()?;
+        }
+        // The log is created at the seq of the first record it will hold; later records
+        // follow contiguously, as they did in the source.
+        self.writer(seq)?;
+        self.batch.push((op, payload.to_vec()));
+        self.batch_bytes += encoded;
+        Ok(())
     }
-    let records: Vec<(u16, &[u8])> = batch.iter().map(|(op, p)| (*op, &p[..])).collect();
-    let w = writer.as_ref().expect("created above");
-    w.commit_many_durable(&records)?;
-    let n = batch.len() as u64;
-    batch.clear();
-    Ok(n)
+
+    /// Commits the batch durably.
+    fn flush(&mut self) -> Result<()> {
+        if let Some(writer) = &self.writer
+            && !self.batch.is_empty()
+        {
+            let records: Vec<(u16, &[u8])> =
+                self.batch.iter().map(|(op, p)| (*op, &p[..])).collect();
+            writer.commit_many_durable(&records)?;
+            self.copied += self.batch.len() as u64;
+        }
+        self.batch.clear();
+        self.batch_bytes = 0;
+        Ok(())
+    }
 }
