@@ -181,6 +181,9 @@ macro_rules! wal_conversions {
                 }
                 .into(),
                 E::SingleFileLog(path) => WalOpenError::SingleFileLog { path }.into(),
+                E::SegmentOptionsForSingleFile(segment_bytes) => {
+                    WalOpenError::SegmentOptionsForSingleFile { segment_bytes }.into()
+                }
                 E::CheckpointRegressed(r) => WalRetentionError::Regressed {
                     requested: LogSeq(r.requested),
                     current: LogSeq(r.current),

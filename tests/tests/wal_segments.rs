@@ -305,6 +305,13 @@ fn bad_configurations_get_typed_errors() {
             .unwrap_err();
     assert!(matches!(err, WalOpenError::SingleFileLog { .. }));
     assert!(err.to_string().contains("stele wal convert"), "{err}");
+    // Segment options on a single-file constructor are refused, not ignored.
+    assert!(matches!(
+        WalWriter::open_with(&mem, "old.wal", options(DurabilityPolicy::FullSync)),
+        Err(WalOpenError::SegmentOptionsForSingleFile {
+            segment_bytes: SEGMENT
+        })
+    ));
     // Single-file writers have no retention.
     let (single, _) = WalWriter::open(&mem, "old.wal", DurabilityPolicy::FullSync).unwrap();
     assert!(matches!(

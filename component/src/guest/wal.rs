@@ -152,6 +152,9 @@ pub(crate) fn open_error(err: WalOpenError) -> wit::WalError {
             limit: segment_bytes_min,
         }),
         WalOpenError::SingleFileLog { path } => wit::WalError::SingleFileLog(path),
+        WalOpenError::SegmentOptionsForSingleFile { segment_bytes } => {
+            wit::WalError::SegmentOptionsForSingleFile(segment_bytes)
+        }
     }
 }
 

@@ -107,6 +107,13 @@ pub enum WalOpenError {
     },
     #[error("bad WAL checkpoint file: {0}")]
     BadCheckpoint(HeaderError),
+    /// A single-file constructor was given options that ask for segments. Refused rather than
+    /// ignored: the caller meant a segment directory.
+    #[error(
+        "the options ask for segments of {segment_bytes} bytes, but this call opens a single-file \
+         log; use WalWriter::open_segmented or create_segmented"
+    )]
+    SegmentOptionsForSingleFile { segment_bytes: u64 },
     /// The configured segment size cannot hold a header and a few records.
     #[error("segment size {segment_bytes} is below the minimum of {segment_bytes_min} bytes")]
     SegmentTooSmall {

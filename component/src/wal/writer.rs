@@ -47,6 +47,9 @@ pub fn setup_log(
     options: WalOptions,
     mode: SetupMode,
 ) -> Result<(GroupCommit, Recovery), WalOpenError> {
+    if let Some(segment_bytes) = options.segment_bytes {
+        return Err(WalOpenError::SegmentOptionsForSingleFile { segment_bytes });
+    }
     let recovery = match mode {
         SetupMode::Create => {
             let len = file.len()?;
