@@ -52,7 +52,7 @@ fn replay_1_mib(c: &mut Criterion) {
     let vfs = MemVfs::new();
     let options = WalOptions {
         retained_bytes_max: 0,
-        ..WalOptions::new(DurabilityPolicy::Skip)
+        ..WalOptions::single_file(DurabilityPolicy::Skip)
     };
     let writer = WalWriter::create_with(&vfs, "replay.wal", options).unwrap();
     let payload = vec![0x5Au8; 128];

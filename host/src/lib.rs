@@ -13,7 +13,7 @@
 //!
 //! let fs = Arc::new(RealFs::open_root("/var/lib/myapp")?);
 //! let (wal, recovery) =
-//!     Wal::open(fs, "events.wal", WalOptions::new(DurabilityPolicy::FullSync), Mode::Sandboxed)?;
+//!     Wal::open(fs, "events", WalOptions::new(DurabilityPolicy::FullSync), Mode::Sandboxed)?;
 //! let seq = wal.commit_durable(1, b"hello")?; // survives power loss once this returns
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```

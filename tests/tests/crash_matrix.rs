@@ -37,7 +37,7 @@ impl WalWorkload {
     fn options(&self) -> WalOptions {
         WalOptions {
             first_seq: LogSeq(FIRST_SEQ),
-            ..WalOptions::new(self.policy)
+            ..WalOptions::single_file(self.policy)
         }
     }
 }

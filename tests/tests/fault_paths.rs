@@ -14,7 +14,7 @@ const RECORDS: u64 = 30;
 fn options() -> WalOptions {
     WalOptions {
         first_seq: LogSeq(500),
-        ..WalOptions::new(DurabilityPolicy::FullSync)
+        ..WalOptions::single_file(DurabilityPolicy::FullSync)
     }
 }
 

@@ -20,7 +20,7 @@ fn valid_log(rng: &mut SplitMix) -> (Vec<u8>, Vec<Rec>) {
     let first = rng.range(0, 1 << 40);
     let opts = WalOptions {
         first_seq: LogSeq(first),
-        ..WalOptions::new(DurabilityPolicy::Skip)
+        ..WalOptions::single_file(DurabilityPolicy::Skip)
     };
     let w = WalWriter::create_with(&vfs, "l", opts).unwrap();
     let mut recs = Vec::new();

@@ -16,7 +16,7 @@ use stele_tests::{FailingVfs, TempRoot, every_mode, payload, payload_id};
 fn opts(policy: DurabilityPolicy, first_seq: u64) -> WalOptions {
     WalOptions {
         first_seq: LogSeq(first_seq),
-        ..WalOptions::new(policy)
+        ..WalOptions::single_file(policy)
     }
 }
 

@@ -603,7 +603,7 @@ mod modes {
             "{err:?}"
         );
 
-        let single = WalOptions::new(DurabilityPolicy::FullSync);
+        let single = WalOptions::single_file(DurabilityPolicy::FullSync);
         let wal = Wal::create(root.vfs(), "one.wal", single, mode).unwrap();
         wal.commit_durable(1, b"x").unwrap();
         assert!(matches!(

@@ -606,7 +606,11 @@ mod tests {
     use crate::wal::DurabilityPolicy;
 
     fn core() -> GroupCommit {
-        GroupCommit::new(&WalOptions::new(DurabilityPolicy::FullSync), LogSeq(10), 32)
+        GroupCommit::new(
+            &WalOptions::single_file(DurabilityPolicy::FullSync),
+            LogSeq(10),
+            32,
+        )
     }
 
     #[test]
@@ -792,7 +796,7 @@ mod tests {
 
     #[test]
     fn groups_are_byte_bounded_at_batch_boundaries() {
-        let mut opts = WalOptions::new(DurabilityPolicy::Skip);
+        let mut opts = WalOptions::single_file(DurabilityPolicy::Skip);
         opts.max_group_bytes = Some(100);
         let mut c = GroupCommit::new(&opts, LogSeq(0), 32);
         for _ in 0..5 {
@@ -829,7 +833,7 @@ mod tests {
 
     #[test]
     fn retention_bound_refuses_without_consuming_a_seq() {
-        let mut opts = WalOptions::new(DurabilityPolicy::Skip);
+        let mut opts = WalOptions::single_file(DurabilityPolicy::Skip);
         opts.retained_bytes_max = 50;
         let mut c = GroupCommit::new(&opts, LogSeq(0), 32);
         c.stage(&[(0, &[0u8; 20])]).unwrap(); // 38 bytes

@@ -115,7 +115,8 @@ impl DurabilityPolicy {
     }
 }
 
-/// How to create or open a writer.
+/// How to create or open a writer. [`WalOptions::new`] gives a segmented log (64 MiB segments);
+/// [`WalOptions::single_file`] the original one-file format.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct WalOptions {
     pub policy: DurabilityPolicy,
@@ -127,8 +128,9 @@ pub struct WalOptions {
     /// keeps none: `visible_records` then always returns an empty list.
     pub retained_bytes_max: usize,
     /// `Some(bytes)`: the log is a directory of preallocated segment files of this size, header
-    /// included (see [`segment`]); at least [`segment::SEGMENT_BYTES_MIN`].
-    /// `None`: the log is one file that grows (the foundation's format).
+    /// included (see [`segment`]); at least [`segment::SEGMENT_BYTES_MIN`]. The default, with
+    /// [`segment::SEGMENT_BYTES_DEFAULT`] (64 MiB).
+    /// `None`: the log is one file that grows (the foundation's format; [`Self::single_file`]).
     pub segment_bytes: Option<u64>,
 }
 
@@ -139,7 +141,17 @@ impl WalOptions {
             first_seq: LogSeq(0),
             max_group_bytes: None,
             retained_bytes_max: RETAINED_BYTES_MAX_DEFAULT,
+            segment_bytes: Some(segment::SEGMENT_BYTES_DEFAULT),
+        }
+    }
+
+    /// [`Self::new`] for the foundation's single-file format: one file that grows, no
+    /// rotation, no checkpoint or truncation. What [`WalWriter::open_with`] and the other
+    /// single-file constructors take.
+    pub const fn single_file(policy: DurabilityPolicy) -> Self {
+        WalOptions {
             segment_bytes: None,
+            ..WalOptions::new(policy)
         }
     }
 

@@ -329,7 +329,7 @@ impl WalWriter {
             path,
             WalOptions {
                 first_seq,
-                ..WalOptions::new(policy)
+                ..WalOptions::single_file(policy)
             },
         )
     }
@@ -345,7 +345,7 @@ impl WalWriter {
         let options = WalOptions {
             first_seq,
             max_group_bytes: Some(max_group_bytes),
-            ..WalOptions::new(policy)
+            ..WalOptions::single_file(policy)
         };
         Self::create_with(vfs, path, options)
     }
@@ -371,7 +371,7 @@ impl WalWriter {
         path: &str,
         policy: DurabilityPolicy,
     ) -> Result<(Self, Recovery), WalOpenError> {
-        Self::open_with(vfs, path, WalOptions::new(policy))
+        Self::open_with(vfs, path, WalOptions::single_file(policy))
     }
 
     /// [`Self::open`] with every option; `options.first_seq` applies only to a new log.

@@ -917,7 +917,7 @@ fn non_durable_table(dir: &Path, args: &BenchArgs, json: Option<&mut std::fs::Fi
             let _ = std::fs::remove_file(dir.join(&name));
             let options = WalOptions {
                 retained_bytes_max: 0,
-                ..WalOptions::new(DurabilityPolicy::Skip)
+                ..WalOptions::single_file(DurabilityPolicy::Skip)
             };
             let wal = Wal::create(fs.clone(), &name, options, mode)?;
             let started = Instant::now();
@@ -986,7 +986,7 @@ fn recovery_table(dir: &Path, _args: &BenchArgs, json: Option<&mut std::fs::File
     let _ = std::fs::remove_file(dir.join(name));
     let options = WalOptions {
         retained_bytes_max: 0,
-        ..WalOptions::new(DurabilityPolicy::Skip)
+        ..WalOptions::single_file(DurabilityPolicy::Skip)
     };
     let wal = Wal::create(fs.clone(), name, options, Mode::Native)?;
     let body = vec![0x5Au8; PAYLOAD];
@@ -1018,8 +1018,8 @@ fn recovery_table(dir: &Path, _args: &BenchArgs, json: Option<&mut std::fs::File
         rows.push((mode, bytes as f64 / seconds / 1e6, rss));
     }
     println!(
-        "\nRecovery: opening a {} MiB WAL of {PAYLOAD} B records (page cache), every record \
-         checked; peak RSS of the whole process during the open.\n",
+        "\nRecovery: opening a {} MiB single-file WAL of {PAYLOAD} B records (page cache), \
+         every record checked; peak RSS of the whole process during the open.\n",
         bytes >> 20
     );
     println!("| mode | MB/s | peak RSS MiB | × native |");

@@ -113,12 +113,14 @@ enum WalCommand {
     /// `stele wal dump PATH` must show every seq that was printed. Opens (and recovers) an
     /// existing log, so repeated runs append to it.
     Soak {
-        /// The WAL (created if missing): a file, or with --segment-bytes a segment directory.
+        /// The WAL (created if missing): a directory of segments, or with --single-file one file.
         path: PathBuf,
-        /// Make PATH a directory of preallocated segments of this many bytes (at least 4096;
-        /// 67108864 is the usual 64 MiB).
+        /// Segment size in bytes (at least 4096).
+        #[arg(long, default_value_t = stele::wal::segment::SEGMENT_BYTES_DEFAULT)]
+        segment_bytes: u64,
+        /// Write the original single-file format instead of segments.
         #[arg(long)]
-        segment_bytes: Option<u64>,
+        single_file: bool,
         /// Writer threads.
         #[arg(long, default_value_t = 4)]
         threads: usize,
@@ -277,13 +279,14 @@ fn main() -> ExitCode {
         Command::Wal(WalCommand::Soak {
             path,
             segment_bytes,
+            single_file,
             threads,
             payload_bytes,
             count,
             sandboxed,
         }) => wal_soak(
             &path,
-            segment_bytes,
+            (!single_file).then_some(segment_bytes),
             threads,
             payload_bytes,
             count,
@@ -662,7 +665,7 @@ fn demo(args: DemoArgs) -> Result<()> {
 }
 
 fn demo_mode(fs: &Arc<RealFs>, mode: Mode, args: &DemoArgs) -> Result<DemoRow> {
-    let path = format!("demo-{}.wal", mode.name());
+    let path = format!("demo-{}", mode.name());
     if stele::vfs::Vfs::exists(&**fs, &path)? {
         bail!("{path} already exists in the demo directory; pick an empty --dir");
     }
