@@ -22,6 +22,7 @@ mod convert;
 pub mod fs;
 mod io_thread;
 mod journal;
+pub mod peak_rss;
 mod push_log;
 pub mod runtime;
 mod sandbox_async;

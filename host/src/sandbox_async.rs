@@ -50,8 +50,8 @@ use wasmtime::Store;
 use wasmtime::component::ResourceAny;
 
 use crate::convert::with_async::{
-    from_wit_error, from_wit_range, from_wit_recovery, from_wit_retirement, from_wit_stats,
-    from_wit_truncation, from_wit_visible, wit_options,
+    as_retention_error, from_wit_error, from_wit_range, from_wit_recovery, from_wit_retirement,
+    from_wit_stats, from_wit_truncation, from_wit_visible, wit_options,
 };
 use crate::runtime::bindings_async::EngineAsync;
 use crate::runtime::bindings_async::exports::stele::log::wal as wit;
@@ -513,7 +513,7 @@ fn start<'a>(
         }),
         Request::Checkpoint { through, reply } => Box::pin(async move {
             let r = writer_api.call_checkpoint(acc, writer, through).await;
-            answer_with(reply, answer(r, |()| ()))
+            answer_with(reply, answer(r, |()| ()).map_err(as_retention_error))
         }),
         Request::TruncateThrough { through, reply } => Box::pin(async move {
             let r = writer_api.call_truncate_through(acc, writer, through).await;

@@ -330,12 +330,10 @@ impl Wal {
     pub fn checkpoint(&self, absorbed_through: LogSeq) -> Result<(), WalError> {
         match &*self.inner {
             Inner::Native(w) => Ok(w.checkpoint(absorbed_through)?),
-            Inner::Async(s) => s
-                .request_blocking(|reply| Request::Checkpoint {
-                    through: absorbed_through.0,
-                    reply,
-                })
-                .map_err(as_retention_error),
+            Inner::Async(s) => s.request_blocking(|reply| Request::Checkpoint {
+                through: absorbed_through.0,
+                reply,
+            }),
             Inner::Plain(s) => Self::plain(s, |st, b, w| {
                 b.stele_log_wal()
                     .writer()
@@ -517,13 +515,13 @@ impl AsyncWal {
     /// See [`Wal::checkpoint`].
     pub async fn checkpoint(&self, absorbed_through: LogSeq) -> Result<(), WalError> {
         match &*self.wal.inner {
-            Inner::Async(s) => s
-                .request(|reply| Request::Checkpoint {
+            Inner::Async(s) => {
+                s.request(|reply| Request::Checkpoint {
                     through: absorbed_through.0,
                     reply,
                 })
                 .await
-                .map_err(crate::convert::with_async::as_retention_error),
+            }
             _ => self.blocking(move |w| w.checkpoint(absorbed_through)).await,
         }
     }

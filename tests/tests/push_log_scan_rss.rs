@@ -18,13 +18,6 @@ const ROWS_PER_PUSH: usize = 10_000;
 const LOG_BYTES_TARGET: u64 = 1 << 30;
 const RSS_BYTES_MAX: u64 = 128 << 20;
 
-fn peak_rss_bytes() -> Option<u64> {
-    let status = std::fs::read_to_string("/proc/self/status").ok()?;
-    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
-    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
-    Some(kib * 1024)
-}
-
 #[test]
 fn a_1_gib_push_log_scans_in_bounded_memory() {
     let root = TempRoot::new();
@@ -54,7 +47,7 @@ fn a_1_gib_push_log_scans_in_bounded_memory() {
     let append_s = started.elapsed().as_secs_f64();
     drop(log);
 
-    let rss_reset = std::fs::write("/proc/self/clear_refs", "5").is_ok();
+    let rss_reset = stele_host::peak_rss::reset();
     let log = PushLog::new(root.vfs(), "big.log", refs::schema());
     let started = Instant::now();
     let ((frames, rows, end), heap) = measure(|| {
@@ -67,7 +60,7 @@ fn a_1_gib_push_log_scans_in_bounded_memory() {
         (frames, rows, scan.end())
     });
     let scan_s = started.elapsed().as_secs_f64();
-    let rss = peak_rss_bytes().filter(|_| rss_reset);
+    let rss = stele_host::peak_rss::peak_bytes().filter(|_| rss_reset);
     ci_line(&format!(
         "push-log-1gib: {written} B in {pushes} pushes; append {:.0} MB/s; scan {:.0} MB/s; scan heap peak {} KiB; peak RSS during scan {}",
         written as f64 / append_s / 1e6,

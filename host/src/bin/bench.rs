@@ -966,13 +966,6 @@ fn non_durable_table(dir: &Path, args: &BenchArgs, json: Option<&mut std::fs::Fi
 /// The size of the WAL the recovery table opens.
 const RECOVERY_LOG_BYTES: usize = 256 << 20;
 
-fn peak_rss_bytes() -> Option<u64> {
-    let status = std::fs::read_to_string("/proc/self/status").ok()?;
-    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
-    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
-    Some(kib * 1024)
-}
-
 /// Recovery: a 256 MiB WAL of 4 KiB records is written once, then opened (recovered, every
 /// record checked) in every mode, with the peak resident set reset before each open
 /// (`/proc/self/clear_refs`). The file is in the page cache: this measures replay, not the
@@ -1003,11 +996,11 @@ fn recovery_table(dir: &Path, _args: &BenchArgs, json: Option<&mut std::fs::File
     drop(Wal::create(fs.clone(), warmup, options, Mode::Sandboxed)?);
     let mut rows = Vec::new();
     for mode in Mode::ALL {
-        let rss_reset = std::fs::write("/proc/self/clear_refs", "5").is_ok();
+        let rss_reset = stele_host::peak_rss::reset();
         let started = Instant::now();
         let (wal, recovery) = Wal::open(fs.clone(), name, options, mode)?;
         let seconds = started.elapsed().as_secs_f64();
-        let rss = peak_rss_bytes().filter(|_| rss_reset);
+        let rss = stele_host::peak_rss::peak_bytes().filter(|_| rss_reset);
         anyhow::ensure!(
             recovery.records as usize == RECOVERY_LOG_BYTES.div_ceil(PAYLOAD * BATCH) * BATCH,
             "{} recovered {} records",
