@@ -129,7 +129,7 @@ pub struct JournalFile<Io: JournalIo> {
     /// it, where recovery could read it back: the next append cuts first.
     tail_dirty: bool,
     /// The directory entry naming the file is not known to be durable (the file was created by
-    /// `open`, or a compaction's directory sync failed). The next append syncs the directory
+    /// `open` or holds no header yet, or a compaction's directory sync failed). The next append syncs the directory
     /// before it writes, so nothing is acknowledged in a file that a crash could unname.
     dir_sync_pending: bool,
     /// Where a multi-op append's batch frame is built; reused across appends.
@@ -174,7 +174,10 @@ impl<Io: JournalIo> JournalFile<Io> {
             clean_end: recovery.valid_end,
             header_written: recovery.has_header,
             tail_dirty: false,
-            dir_sync_pending: created,
+            // Not only when this call created the file: a headerless file found here may be one
+            // that an earlier writer created and never appended to, whose entry no one synced.
+            // (Found by the model test: open, reopen, append, power loss lost the append.)
+            dir_sync_pending: created || !recovery.has_header,
             batch_scratch: Vec::new(),
         })
     }

@@ -135,7 +135,8 @@ struct WriterState {
     clean_end: u64,
     /// A failed append could not be cut back: the next one cuts first.
     tail_dirty: bool,
-    /// The file's directory entry is not known durable yet (created by this writer).
+    /// The file's directory entry is not known durable yet (created by this writer, or found
+    /// empty).
     dir_sync_pending: bool,
 }
 
@@ -283,7 +284,9 @@ impl PushLog {
             };
             state.file = Some(file);
             state.clean_end = clean_end;
-            state.dir_sync_pending = created;
+            // An empty file found here may be one an earlier writer created and never pushed
+            // to, whose entry no one synced: the first push syncs the directory either way.
+            state.dir_sync_pending = created || clean_end == 0;
             state.tail_dirty = false;
         }
         if state.tail_dirty {
