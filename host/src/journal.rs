@@ -21,7 +21,7 @@ use wasmtime::Store;
 use wasmtime::component::ResourceAny;
 
 use crate::convert::{async_journal, plain_journal};
-use crate::runtime::{GuestState, Runtime, SandboxLimits, bindings, bindings_async};
+use crate::runtime::{GuestState, Runtime, SandboxLimits, bindings, bindings_async, trap_error};
 use crate::{Mode, SandboxError};
 
 /// Any error a [`Journal`] call can return: the engine's, in every mode, plus what only the
@@ -46,12 +46,24 @@ pub struct Journal {
 }
 
 impl Journal {
-    /// Opens (or creates) the journal at `path`; see [`JournalFile::open`].
+    /// Opens (or creates) the journal at `path`; see [`JournalFile::open`]. Sandboxed, the
+    /// instance has the default [`SandboxLimits`].
     pub async fn open(vfs: Arc<dyn Vfs>, path: &str, mode: Mode) -> Result<Journal, JournalError> {
+        Journal::open_with_limits(vfs, path, mode, SandboxLimits::default()).await
+    }
+
+    /// [`Journal::open`], with the sandboxed instance bounded by `limits` (ignored natively).
+    pub async fn open_with_limits(
+        vfs: Arc<dyn Vfs>,
+        path: &str,
+        mode: Mode,
+        limits: SandboxLimits,
+    ) -> Result<Journal, JournalError> {
         let path = path.to_owned();
-        let journal = tokio::task::spawn_blocking(move || HostJournal::open(vfs, &path, mode))
-            .await
-            .map_err(|_| lost("open panicked"))??;
+        let journal =
+            tokio::task::spawn_blocking(move || HostJournal::open(vfs, &path, mode, limits))
+                .await
+                .map_err(|_| lost("open panicked"))??;
         Ok(Journal {
             writer: Writer::new(journal),
             mode,
@@ -121,7 +133,7 @@ pub fn replay_blocking(
             let (mut store, engine) = Runtime::get()?.instantiate(vfs, SandboxLimits::default())?;
             let answer = engine.stele_log_journal().call_replay(&mut store, path);
             let (ops, recovery) = answer
-                .map_err(trapped)?
+                .map_err(trap_error)?
                 .map_err(plain_journal::from_wit_journal_error)?;
             Ok((
                 plain_journal::from_wit_ops(ops),
@@ -135,13 +147,9 @@ fn lost(why: &str) -> JournalError {
     <HostJournal as BlockingJournal>::lost(why.into())
 }
 
-fn trapped(e: wasmtime::Error) -> SandboxError {
-    SandboxError::Trapped(format!("{e:#}"))
-}
-
 /// `run_concurrent` wraps the call's own result in the event loop's.
 fn flatten<R>(answer: wasmtime::Result<wasmtime::Result<R>>) -> Result<R, SandboxError> {
-    answer.and_then(|inner| inner).map_err(trapped)
+    answer.and_then(|inner| inner).map_err(trap_error)
 }
 
 /// The journal each mode drives, behind one blocking interface.
@@ -158,7 +166,7 @@ pub(crate) struct GuestJournal {
     writer: ResourceAny,
     /// Set by the first trap: the instance's state is then unknown, so every later call is
     /// refused with the same message.
-    trapped: Option<String>,
+    trapped: Option<SandboxError>,
 }
 
 // Both variants live in the boxed `GuestJournal`, so their size difference costs nothing.
@@ -184,13 +192,18 @@ enum Call<'a> {
 }
 
 impl HostJournal {
-    fn open(vfs: Arc<dyn Vfs>, path: &str, mode: Mode) -> Result<HostJournal, JournalError> {
+    fn open(
+        vfs: Arc<dyn Vfs>,
+        path: &str,
+        mode: Mode,
+        limits: SandboxLimits,
+    ) -> Result<HostJournal, JournalError> {
         let runtime = match mode {
             Mode::Native => return Ok(HostJournal::Native(JournalFile::open_blocking(vfs, path)?)),
             Mode::Sandboxed | Mode::SandboxedPlain => Runtime::get()?,
         };
         let guest = if mode == Mode::Sandboxed {
-            let mut store = runtime.store_for_async_inline(vfs, SandboxLimits::default());
+            let mut store = runtime.store_for_async_inline(vfs, limits);
             let engine = futures::executor::block_on(runtime.instantiate_async_in(&mut store))?;
             let api = engine.stele_log_journal_async().writer();
             let path = path.to_owned();
@@ -205,12 +218,12 @@ impl HostJournal {
                 trapped: None,
             }
         } else {
-            let (mut store, engine) = runtime.instantiate(vfs, SandboxLimits::default())?;
+            let (mut store, engine) = runtime.instantiate(vfs, limits)?;
             let writer = engine
                 .stele_log_journal()
                 .writer()
                 .call_open(&mut store, path)
-                .map_err(trapped)?
+                .map_err(trap_error)?
                 .map_err(plain_journal::from_wit_journal_error)?;
             GuestJournal {
                 store,
@@ -224,11 +237,12 @@ impl HostJournal {
 }
 
 impl GuestJournal {
-    /// Makes one call in the instance, turning a trap into a sticky [`SandboxError::Trapped`].
+    /// Makes one call in the instance, turning a trap into a sticky [`SandboxError`].
     fn call(&mut self, call: Call<'_>) -> Result<u64, JournalError> {
-        if let Some(message) = &self.trapped {
-            return Err(SandboxError::Trapped(message.clone()).into());
+        if let Some(error) = &self.trapped {
+            return Err(error.clone().into());
         }
+        self.store.data_mut().touch();
         let writer = self.writer;
         let answer: Result<Result<u64, stele::journal::JournalError>, SandboxError> = match &self
             .instance
@@ -264,15 +278,13 @@ impl GuestJournal {
                 };
                 answer
                     .map(|r| r.map_err(plain_journal::from_wit_journal_error))
-                    .map_err(trapped)
+                    .map_err(trap_error)
             }
         };
         match answer {
             Ok(result) => Ok(result?),
             Err(error) => {
-                if let SandboxError::Trapped(message) = &error {
-                    self.trapped = Some(message.clone());
-                }
+                self.trapped = Some(error.clone());
                 Err(error.into())
             }
         }

@@ -33,6 +33,7 @@ pub use journal::{
     Journal, JournalError, replay_blocking as replay_journal_blocking, replay_journal,
 };
 pub use push_log::{PushLog, PushLogCallError, PushLogScan};
+pub use runtime::SandboxLimits;
 pub use stele;
 pub use vfs_import::READ_BYTES_MAX;
 pub use wal::{AsyncWal, Wal, WalError, read_wal};
@@ -78,4 +79,21 @@ pub enum SandboxError {
     /// host and other instances are unaffected.
     #[error("the Stele component trapped; this instance is unusable: {0}")]
     Trapped(String),
+    /// The guest tried to grow its memory past [`runtime::SandboxLimits::memory_bytes_max`].
+    /// The call did not complete, and the instance refuses every later call.
+    #[error(
+        "the Stele component asked for {requested_bytes} bytes of memory, past its limit of \
+         {limit_bytes}; this instance is unusable"
+    )]
+    MemoryLimit {
+        limit_bytes: usize,
+        requested_bytes: usize,
+    },
+    /// The guest ran past [`runtime::SandboxLimits::busy_deadline`] without returning to the
+    /// host, and was interrupted. The instance refuses every later call.
+    #[error(
+        "the Stele component ran past its busy deadline of {deadline:?} and was interrupted; \
+         this instance is unusable"
+    )]
+    Interrupted { deadline: std::time::Duration },
 }

@@ -24,7 +24,7 @@ use wasmtime::Store;
 use wasmtime::component::ResourceAny;
 
 use crate::runtime::bindings::exports::stele::log::push_log as wit;
-use crate::runtime::{GuestState, PlainInstance, Runtime, SandboxLimits, bindings};
+use crate::runtime::{GuestState, PlainInstance, Runtime, SandboxLimits, bindings, trap_error};
 use crate::{Mode, SandboxError};
 
 /// Any error a [`PushLog`] call can return: the engine's (typed the same in every mode; Arrow
@@ -104,23 +104,34 @@ fn arrow(e: impl std::fmt::Display) -> PushLogCallError {
 
 impl PushLog {
     /// A push log at `path` whose batches have `schema`; touches nothing until the first push.
+    /// Sandboxed, the instance has the default [`SandboxLimits`].
     pub fn new(
         vfs: Arc<dyn Vfs>,
         path: &str,
         schema: SchemaRef,
         mode: Mode,
     ) -> Result<PushLog, PushLogCallError> {
+        PushLog::new_with_limits(vfs, path, schema, mode, SandboxLimits::default())
+    }
+
+    /// [`PushLog::new`], with the sandboxed instance bounded by `limits` (ignored natively).
+    pub fn new_with_limits(
+        vfs: Arc<dyn Vfs>,
+        path: &str,
+        schema: SchemaRef,
+        mode: Mode,
+        limits: SandboxLimits,
+    ) -> Result<PushLog, PushLogCallError> {
         let inner = match mode {
             Mode::Native => Inner::Native(engine::PushLog::new(vfs, path, schema.clone())),
             Mode::Sandboxed | Mode::SandboxedPlain => {
-                let (mut store, engine) =
-                    Runtime::get()?.instantiate(vfs, SandboxLimits::default())?;
+                let (mut store, engine) = Runtime::get()?.instantiate(vfs, limits)?;
                 let schema_ipc = ipc::encode_schema(&schema).map_err(arrow)?;
                 let log = engine
                     .stele_log_push_log()
                     .log()
                     .call_open(&mut store, path, &schema_ipc)
-                    .map_err(trapped)?
+                    .map_err(trap_error)?
                     .map_err(from_wit)?;
                 Inner::Sandboxed(Mutex::new(PlainInstance::new(store, engine, log)))
             }
@@ -406,8 +417,4 @@ impl Drop for PushLogScan<'_> {
             close(guest, handle);
         }
     }
-}
-
-fn trapped(e: wasmtime::Error) -> SandboxError {
-    SandboxError::Trapped(format!("{e:#}"))
 }

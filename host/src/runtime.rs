@@ -11,10 +11,11 @@
 //! network and no inherited stdio. Its only file access is therefore `stele:log/vfs`.
 
 use std::sync::{Arc, OnceLock};
+use std::time::Duration;
 
 use stele::vfs::Vfs;
 use wasmtime::component::{Component, HasSelf, Linker, ResourceTable};
-use wasmtime::{Config, Engine, Store, StoreLimits, StoreLimitsBuilder};
+use wasmtime::{Config, Engine, ResourceLimiter, Store, UpdateDeadline};
 use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
 
 use crate::SandboxError;
@@ -64,11 +65,34 @@ pub const MEMORY_BYTES_MAX_DEFAULT: usize = 256 << 20;
 /// stops a misbehaving guest from exhausting the host's descriptors.
 pub const OPEN_FILES_MAX_DEFAULT: usize = 64;
 
-/// Per-instance limits.
+/// How often the epoch ticker advances the engine's epoch, once some instance has a
+/// [`SandboxLimits::busy_deadline`]: the resolution of that deadline. A guest stuck in a loop
+/// is interrupted between `busy_deadline` and `busy_deadline` + 2 ticks after it last touched
+/// the host. 2 ms keeps the ticker's cost (500 wake-ups a second, only once a deadline is in
+/// use) small against any deadline worth setting.
+pub const EPOCH_TICK: Duration = Duration::from_millis(2);
+
+/// Most table elements one instance may grow to. The component needs a few hundred (its
+/// function table); the bound only stops a guest from growing tables without end.
+pub const TABLE_ELEMENTS_MAX: usize = 1 << 16;
+
+/// Per-instance limits. Natively ([`crate::Mode::Native`]) there is no instance, and these
+/// do not apply.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct SandboxLimits {
+    /// Bound on the instance's linear memory. A guest that tries to grow past it traps, and the
+    /// call (and every later call on that instance) fails with [`SandboxError::MemoryLimit`].
     pub memory_bytes_max: usize,
+    /// Bound on the files and locks the instance holds open at once. Past it, `open` and
+    /// `lock-exclusive` answer `too-many-handles`, which reaches the caller as
+    /// [`stele::vfs::VfsError::TooManyHandles`] inside the facet's typed error.
     pub open_files_max: usize,
+    /// When set, the longest the guest may run without calling into the host (an import) or
+    /// returning: a guest stuck in a loop is interrupted, and the call (and every later call on
+    /// that instance) fails with [`SandboxError::Interrupted`]. Time the host spends serving
+    /// an import (a slow fsync, say) does not count. Measured in [`EPOCH_TICK`]s. `None` (the
+    /// default): no deadline.
+    pub busy_deadline: Option<Duration>,
 }
 
 impl Default for SandboxLimits {
@@ -76,8 +100,103 @@ impl Default for SandboxLimits {
         SandboxLimits {
             memory_bytes_max: MEMORY_BYTES_MAX_DEFAULT,
             open_files_max: OPEN_FILES_MAX_DEFAULT,
+            busy_deadline: None,
         }
     }
+}
+
+/// The typed reason behind a trap that a limit caused, carried inside the trap's error so that
+/// [`trap_error`] can tell it from a guest's own trap.
+#[derive(Clone, Copy, Debug, thiserror::Error)]
+enum LimitTrap {
+    #[error(
+        "the guest asked to grow its memory to {requested_bytes} bytes, past its limit of {limit_bytes}"
+    )]
+    Memory {
+        limit_bytes: usize,
+        requested_bytes: usize,
+    },
+    #[error(
+        "the guest ran for longer than its busy deadline of {deadline:?} without returning to the host"
+    )]
+    Busy { deadline: Duration },
+}
+
+/// Turns a call's trap into the caller's error: a limit's own variant when a limit caused it,
+/// else [`SandboxError::Trapped`] with the trap's message.
+pub(crate) fn trap_error(trap: wasmtime::Error) -> SandboxError {
+    match trap.downcast_ref::<LimitTrap>() {
+        Some(&LimitTrap::Memory {
+            limit_bytes,
+            requested_bytes,
+        }) => SandboxError::MemoryLimit {
+            limit_bytes,
+            requested_bytes,
+        },
+        Some(&LimitTrap::Busy { deadline }) => SandboxError::Interrupted { deadline },
+        None => SandboxError::Trapped(format!("{trap:#}")),
+    }
+}
+
+/// The store's [`ResourceLimiter`]: refuses growth past the limits with a typed trap rather
+/// than a failed `memory.grow`, which the guest's allocator would turn into an abort whose
+/// cause the host could not tell.
+struct Limiter {
+    memory_bytes_max: usize,
+}
+
+impl ResourceLimiter for Limiter {
+    fn memory_growing(
+        &mut self,
+        _current: usize,
+        desired: usize,
+        _maximum: Option<usize>,
+    ) -> wasmtime::Result<bool> {
+        if desired > self.memory_bytes_max {
+            return Err(LimitTrap::Memory {
+                limit_bytes: self.memory_bytes_max,
+                requested_bytes: desired,
+            }
+            .into());
+        }
+        Ok(true)
+    }
+
+    fn table_growing(
+        &mut self,
+        _current: usize,
+        desired: usize,
+        _maximum: Option<usize>,
+    ) -> wasmtime::Result<bool> {
+        Ok(desired <= TABLE_ELEMENTS_MAX)
+    }
+}
+
+/// What the busy deadline watches: how often the guest touched the host, as of the last
+/// epoch tick that found it running, and how many ticks in a row found no new touch.
+#[derive(Default)]
+struct BusyWatch {
+    touches_seen: u64,
+    ticks_without_touch: u64,
+}
+
+/// Starts the process's epoch ticker, once: a thread that advances the engine's epoch every
+/// [`EPOCH_TICK`]. Only started when an instance has a busy deadline.
+fn start_epoch_ticker(engine: &Engine) {
+    static TICKER: OnceLock<()> = OnceLock::new();
+    TICKER.get_or_init(|| {
+        let engine = engine.clone();
+        // If the thread cannot start, deadlines never fire; instances still work. Spawning only
+        // fails when the process is out of threads, where the deadline is the least concern.
+        let _ = std::thread::Builder::new()
+            .name("stele-epoch".into())
+            .spawn(move || {
+                loop {
+                    std::thread::sleep(EPOCH_TICK);
+                    engine.increment_epoch();
+                }
+            });
+    });
 }
 
 /// What one store holds: the Vfs the guest's imports are served from, and the resources.
@@ -88,8 +207,20 @@ pub struct GuestState {
     pub(crate) io: Option<crate::io_thread::IoThread>,
     pub(crate) open_files: usize,
     pub(crate) open_files_max: usize,
+    /// Bumped on every import call and every call into the guest: the busy deadline's sign
+    /// that the guest is not stuck.
+    pub(crate) host_touches: u64,
+    busy: BusyWatch,
     wasi: WasiCtx,
-    limits: StoreLimits,
+    limiter: Limiter,
+}
+
+impl GuestState {
+    /// Notes that the guest touched the host (or the host called in): the busy deadline
+    /// restarts.
+    pub(crate) fn touch(&mut self) {
+        self.host_touches = self.host_touches.wrapping_add(1);
+    }
 }
 
 impl WasiView for GuestState {
@@ -123,6 +254,9 @@ impl Runtime {
         let mut config = Config::new();
         config.wasm_component_model(true);
         config.wasm_component_model_async(true);
+        // For the busy deadline: every loop head and function entry checks the epoch. Stores
+        // without a deadline never reach theirs.
+        config.epoch_interruption(true);
         let engine = Engine::new(&config)?;
 
         let component = Component::new(&engine, COMPONENT_WASM)?;
@@ -148,7 +282,7 @@ impl Runtime {
         &self.engine
     }
 
-    fn new_store(
+    pub(crate) fn new_store(
         &self,
         vfs: Arc<dyn Vfs>,
         limits: SandboxLimits,
@@ -160,13 +294,42 @@ impl Runtime {
             io,
             open_files: 0,
             open_files_max: limits.open_files_max,
+            // One ahead of what the watch has seen: the store's first call counts as a touch.
+            host_touches: 1,
+            busy: BusyWatch::default(),
             wasi: WasiCtx::builder().build(),
-            limits: StoreLimitsBuilder::new()
-                .memory_size(limits.memory_bytes_max)
-                .build(),
+            limiter: Limiter {
+                memory_bytes_max: limits.memory_bytes_max,
+            },
         };
         let mut store = Store::new(&self.engine, state);
-        store.limiter(|state| &mut state.limits);
+        store.limiter(|state| &mut state.limiter);
+        match limits.busy_deadline {
+            // Epoch checks are compiled into every instance; without a deadline the store's
+            // deadline is put out of reach (not u64::MAX: wasmtime adds the current epoch).
+            None => store.set_epoch_deadline(u64::MAX / 2),
+            Some(deadline) => {
+                start_epoch_ticker(&self.engine);
+                // A tick that finds the guest running with no touch since the previous tick
+                // is one tick of uninterrupted guest time; more ticks than the deadline holds,
+                // and the guest is stuck.
+                let ticks_allowed = deadline.as_nanos().div_ceil(EPOCH_TICK.as_nanos()) as u64;
+                store.set_epoch_deadline(1);
+                store.epoch_deadline_callback(move |mut ctx| {
+                    let state = ctx.data_mut();
+                    if state.host_touches != state.busy.touches_seen {
+                        state.busy.touches_seen = state.host_touches;
+                        state.busy.ticks_without_touch = 0;
+                    } else {
+                        state.busy.ticks_without_touch += 1;
+                    }
+                    if state.busy.ticks_without_touch > ticks_allowed {
+                        return Err(LimitTrap::Busy { deadline }.into());
+                    }
+                    Ok(UpdateDeadline::Continue(1))
+                });
+            }
+        }
         store
     }
 
@@ -223,14 +386,14 @@ impl Runtime {
 
 /// One instance of the plain component and the resource its calls act on (a WAL writer, a push
 /// log). A trap leaves the instance's state unknown, so the first one is sticky: every later
-/// call gets the same [`SandboxError::Trapped`].
+/// call gets the same error ([`SandboxError::Trapped`], or the limit's own variant).
 pub(crate) struct PlainInstance {
     store: Store<GuestState>,
     /// Boxed: the generated bindings are large, and the enums holding an instance have small
     /// native variants.
     bindings: Box<bindings::Engine>,
     resource: wasmtime::component::ResourceAny,
-    trapped: Option<String>,
+    trapped: Option<SandboxError>,
 }
 
 impl std::fmt::Debug for PlainInstance {
@@ -264,13 +427,67 @@ impl PlainInstance {
             wasmtime::component::ResourceAny,
         ) -> wasmtime::Result<Result<R, E>>,
     ) -> Result<Result<R, E>, SandboxError> {
-        if let Some(message) = &self.trapped {
-            return Err(SandboxError::Trapped(message.clone()));
+        if let Some(error) = &self.trapped {
+            return Err(error.clone());
         }
-        call(&mut self.store, &self.bindings, self.resource).map_err(|e| {
-            let message = format!("{e:#}");
-            self.trapped = Some(message.clone());
-            SandboxError::Trapped(message)
+        self.store.data_mut().touch();
+        call(&mut self.store, &self.bindings, self.resource).map_err(|trap| {
+            let error = trap_error(trap);
+            self.trapped = Some(error.clone());
+            error
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use stele::vfs::MemVfs;
+    use stele::wal::{DurabilityPolicy, WalOptions};
+
+    use super::*;
+    use crate::convert::plain::wit_options;
+
+    /// The host's handle to a guest resource, used after the host dropped it: the call fails
+    /// with an error (no guest code runs, nothing panics), and the host goes on instantiating.
+    #[test]
+    fn a_dropped_writer_handle_is_an_error() {
+        let runtime = Runtime::get().unwrap();
+        let vfs: Arc<dyn Vfs> = Arc::new(MemVfs::new());
+        let (mut store, bindings) = runtime
+            .instantiate(vfs.clone(), SandboxLimits::default())
+            .unwrap();
+        let api = bindings.stele_log_wal().writer();
+        let options = wit_options(WalOptions::single_file(DurabilityPolicy::FullSync));
+        let writer = api
+            .call_create(&mut store, "a.wal", options)
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            api.call_commit_durable(&mut store, writer, 1, b"x")
+                .unwrap()
+                .unwrap(),
+            0
+        );
+        writer.resource_drop(&mut store).unwrap();
+
+        let err = api
+            .call_commit_durable(&mut store, writer, 1, b"y")
+            .unwrap_err();
+        assert!(format!("{err:#}").contains("unknown handle"), "{err:#}");
+        assert!(writer.resource_drop(&mut store).is_err(), "a second drop");
+
+        let (mut store, bindings) = runtime.instantiate(vfs, SandboxLimits::default()).unwrap();
+        let api = bindings.stele_log_wal().writer();
+        let (writer, recovery) = api
+            .call_open(&mut store, "a.wal", options)
+            .unwrap()
+            .unwrap();
+        assert_eq!(recovery.records, 1, "only the record made before the drop");
+        assert_eq!(
+            api.call_commit_durable(&mut store, writer, 1, b"z")
+                .unwrap()
+                .unwrap(),
+            1
+        );
     }
 }

@@ -55,7 +55,7 @@ use crate::convert::with_async::{
 };
 use crate::runtime::bindings_async::EngineAsync;
 use crate::runtime::bindings_async::exports::stele::log::wal as wit;
-use crate::runtime::{GuestState, Runtime, SandboxLimits};
+use crate::runtime::{GuestState, Runtime, SandboxLimits, trap_error};
 use crate::{SandboxError, WalError};
 
 type Reply<T> = oneshot::Sender<Result<T, WalError>>;
@@ -112,7 +112,7 @@ struct Shared {
     /// instance has trapped.
     idle: Mutex<Option<Box<Session>>>,
     /// Why the instance stopped, once it has (a trap).
-    stopped: Mutex<Option<String>>,
+    stopped: Mutex<Option<SandboxError>>,
     /// Wakes the dispatcher thread: a task sent a request, or the handle was dropped.
     wake: Mutex<Wake>,
     woken: Condvar,
@@ -145,11 +145,12 @@ impl AsyncSandbox {
         vfs: Arc<dyn Vfs>,
         path: &str,
         options: WalOptions,
+        limits: SandboxLimits,
         create: bool,
     ) -> Result<(AsyncSandbox, Recovery), WalError> {
         let runtime = Runtime::get()?;
         let calls_outstanding = Arc::new(AtomicUsize::new(0));
-        let store = runtime.store_for_async(vfs, SandboxLimits::default())?;
+        let store = runtime.store_for_async(vfs, limits)?;
         let (requests, queue) = mpsc::unbounded_channel();
         let shared = Arc::new(Shared {
             requests,
@@ -242,8 +243,10 @@ impl Shared {
     }
 
     fn stopped_error(&self) -> WalError {
-        let message = lock(&self.stopped).clone();
-        SandboxError::Trapped(message.unwrap_or_else(|| "the instance stopped".into())).into()
+        let error = lock(&self.stopped).clone();
+        error
+            .unwrap_or_else(|| SandboxError::Trapped("the instance stopped".into()))
+            .into()
     }
 
     /// The dispatcher's turn: serves the instance on this thread if it is idle, until nothing
@@ -283,7 +286,7 @@ impl Shared {
             Ok(()) => *lock(&self.idle) = Some(session),
             // The instance is gone. Dropping the session drops the queue, so every caller
             // still waiting gets `stopped_error`.
-            Err(message) => *lock(&self.stopped) = Some(message),
+            Err(error) => *lock(&self.stopped) = Some(error),
         }
         true
     }
@@ -339,7 +342,7 @@ fn answer<T, U>(
     match result {
         Ok(Ok(value)) => Ok(map(value)),
         Ok(Err(err)) => Err(from_wit_error(err)),
-        Err(trap) => Err(SandboxError::Trapped(format!("{trap:#}")).into()),
+        Err(trap) => Err(trap_error(trap).into()),
     }
 }
 
@@ -401,9 +404,9 @@ fn open_session(
 }
 
 impl Session {
-    /// Serves requests as `serve` says. `Err` (the trap's message) when the instance can no
-    /// longer run.
-    fn serve(&mut self, calls_outstanding: &AtomicUsize, serve: Serve) -> Result<(), String> {
+    /// Serves requests as `serve` says. `Err` (the trap, typed) when the instance can no longer
+    /// run.
+    fn serve(&mut self, calls_outstanding: &AtomicUsize, serve: Serve) -> Result<(), SandboxError> {
         let Session {
             runtime,
             store,
@@ -459,13 +462,14 @@ impl Session {
                 // Start everything already queued before the guest runs again: a gathering
                 // leader then sees all of them staged in its first round.
                 let queued = std::iter::from_fn(|| queue.try_recv().ok());
+                acc.with(|mut access| access.data_mut().touch());
                 for request in std::iter::once(first).chain(queued) {
                     in_flight.push(start(acc, writer_api, writer, request));
                 }
                 accepting = serve == Serve::UntilIdle;
             }
         }));
-        outcome.map_err(|trap| format!("{trap:#}"))
+        outcome.map_err(trap_error)
     }
 }
 

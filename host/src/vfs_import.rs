@@ -69,6 +69,7 @@ type Answer<T> = wasmtime::Result<Result<T, wit::VfsError>>;
 
 impl wit::Host for GuestState {
     fn open(&mut self, path: String, mode: wit::OpenMode) -> Answer<Resource<HostFile>> {
+        self.touch();
         if self.open_files >= self.open_files_max {
             return Ok(Err(wit::VfsError::TooManyHandles));
         }
@@ -91,6 +92,7 @@ impl wit::Host for GuestState {
     }
 
     fn lock_exclusive(&mut self, path: String) -> Answer<Resource<HostLock>> {
+        self.touch();
         if self.open_files >= self.open_files_max {
             return Ok(Err(wit::VfsError::TooManyHandles));
         }
@@ -105,36 +107,44 @@ impl wit::Host for GuestState {
     }
 
     fn rename(&mut self, source: String, destination: String) -> Answer<()> {
+        self.touch();
         Ok(self.vfs.rename(&source, &destination).map_err(to_wit))
     }
 
     fn sync_dir(&mut self, path: String) -> Answer<()> {
+        self.touch();
         Ok(self.vfs.sync_dir(&path).map_err(to_wit))
     }
 
     fn remove(&mut self, path: String) -> Answer<()> {
+        self.touch();
         Ok(self.vfs.remove(&path).map_err(to_wit))
     }
 
     fn create_dir(&mut self, path: String) -> Answer<()> {
+        self.touch();
         Ok(self.vfs.create_dir(&path).map_err(to_wit))
     }
 
     fn exists(&mut self, path: String) -> Answer<bool> {
+        self.touch();
         Ok(self.vfs.exists(&path).map_err(to_wit))
     }
 
     fn list_dir(&mut self, path: String) -> Answer<Vec<String>> {
+        self.touch();
         Ok(self.vfs.list(&path).map_err(to_wit))
     }
 }
 
 impl wit::HostFile for GuestState {
     fn len(&mut self, file: Resource<HostFile>) -> Answer<u64> {
+        self.touch();
         Ok(self.table.get(&file)?.file.len().map_err(to_wit))
     }
 
     fn read_at(&mut self, file: Resource<HostFile>, offset: u64, len: u64) -> Answer<Vec<u8>> {
+        self.touch();
         let file = &self.table.get(&file)?.file;
         let want = len.min(READ_BYTES_MAX) as usize;
         let mut buf = vec![0u8; want];
@@ -151,6 +161,7 @@ impl wit::HostFile for GuestState {
     }
 
     fn write_at(&mut self, file: Resource<HostFile>, offset: u64, data: Vec<u8>) -> Answer<()> {
+        self.touch();
         Ok(self
             .table
             .get(&file)?
@@ -160,10 +171,12 @@ impl wit::HostFile for GuestState {
     }
 
     fn set_len(&mut self, file: Resource<HostFile>, len: u64) -> Answer<()> {
+        self.touch();
         Ok(self.table.get(&file)?.file.set_len(len).map_err(to_wit))
     }
 
     fn sync(&mut self, file: Resource<HostFile>, kind: wit::SyncKind) -> Answer<()> {
+        self.touch();
         Ok(self
             .table
             .get(&file)?
@@ -173,6 +186,7 @@ impl wit::HostFile for GuestState {
     }
 
     fn drop(&mut self, file: Resource<HostFile>) -> wasmtime::Result<()> {
+        self.touch();
         self.table.delete(file)?;
         self.open_files -= 1;
         Ok(())
@@ -181,6 +195,7 @@ impl wit::HostFile for GuestState {
 
 impl wit::HostFileLock for GuestState {
     fn drop(&mut self, lock: Resource<HostLock>) -> wasmtime::Result<()> {
+        self.touch();
         self.table.delete(lock)?;
         self.open_files -= 1;
         Ok(())
@@ -217,8 +232,15 @@ fn file_and_io<T>(
 ) -> wasmtime::Result<(Arc<dyn VfsFile>, Option<crate::io_thread::IoThread>)> {
     accessor.with(|mut access| {
         let state = access.get();
+        state.touch();
         Ok((state.table.get(file)?.file.clone(), state.io.clone()))
     })
+}
+
+/// An async import finished: the guest resumes, and the busy deadline restarts (the time the
+/// host spent serving the import is not the guest's).
+fn touch<T>(accessor: &Accessor<T, HasSelf<GuestState>>) {
+    accessor.with(|mut access| access.get().touch());
 }
 
 impl wit_async::Host for GuestState {}
@@ -237,9 +259,9 @@ impl<T: Send + 'static> wit_async::HostWithStore<T> for HasSelf<GuestState> {
         async move {
             let (file, io) = taken?;
             let io = io.filter(|_| data.len() > WRITE_INLINE_BYTES_MAX);
-            Ok(run_io(io, move || file.write_at(offset, &data))
-                .await?
-                .map_err(to_wit))
+            let written = run_io(io, move || file.write_at(offset, &data)).await?;
+            touch(accessor);
+            Ok(written.map_err(to_wit))
         }
     }
 
@@ -252,7 +274,9 @@ impl<T: Send + 'static> wit_async::HostWithStore<T> for HasSelf<GuestState> {
         async move {
             let (file, io) = taken?;
             let kind = sync_kind(kind);
-            Ok(run_io(io, move || file.sync(kind)).await?.map_err(to_wit))
+            let synced = run_io(io, move || file.sync(kind)).await?;
+            touch(accessor);
+            Ok(synced.map_err(to_wit))
         }
     }
 
@@ -262,12 +286,62 @@ impl<T: Send + 'static> wit_async::HostWithStore<T> for HasSelf<GuestState> {
     ) -> impl Future<Output = wasmtime::Result<Result<(), wit::VfsError>>> + Send {
         let (vfs, io) = accessor.with(|mut access| {
             let state = access.get();
+            state.touch();
             (state.vfs.clone(), state.io.clone())
         });
         async move {
-            Ok(run_io(io, move || vfs.sync_dir(&path))
-                .await?
-                .map_err(to_wit))
+            let synced = run_io(io, move || vfs.sync_dir(&path)).await?;
+            touch(accessor);
+            Ok(synced.map_err(to_wit))
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use stele::vfs::MemVfs;
+    use stele::vfs::Vfs;
+
+    use super::*;
+    use crate::runtime::{Runtime, SandboxLimits};
+
+    /// A file handle that is not (or no longer) in the store's table: every import answers
+    /// with an error (which traps the guest that sent it), never touches another file, and
+    /// leaves the count of open files alone.
+    #[test]
+    fn a_stale_file_handle_is_an_error() {
+        let runtime = Runtime::get().unwrap();
+        let vfs = Arc::new(MemVfs::new());
+        let mut store = runtime.new_store(vfs.clone(), SandboxLimits::default(), None);
+        let state = store.data_mut();
+        let file = wit::Host::open(state, "f".into(), wit::OpenMode::Create)
+            .unwrap()
+            .unwrap();
+        let rep = file.rep();
+        wit::HostFile::write_at(state, file, 0, b"kept".to_vec())
+            .unwrap()
+            .unwrap();
+        let file = Resource::<HostFile>::new_own(rep);
+        wit::HostFile::drop(state, file).unwrap();
+        assert_eq!(state.open_files, 0);
+
+        let stale = || Resource::<HostFile>::new_own(rep);
+        assert!(wit::HostFile::len(state, stale()).is_err());
+        assert!(wit::HostFile::read_at(state, stale(), 0, 4).is_err());
+        assert!(wit::HostFile::write_at(state, stale(), 0, b"lost".to_vec()).is_err());
+        assert!(wit::HostFile::set_len(state, stale(), 0).is_err());
+        assert!(wit::HostFile::sync(state, stale(), wit::SyncKind::Data).is_err());
+        assert!(
+            wit::HostFile::drop(state, stale()).is_err(),
+            "a second drop"
+        );
+        assert_eq!(state.open_files, 0, "no underflow");
+        // A handle never issued at all.
+        assert!(wit::HostFile::len(state, Resource::new_own(rep + 1000)).is_err());
+
+        let file = vfs.open("f", OpenMode::Existing).unwrap();
+        let mut bytes = [0u8; 8];
+        let n = file.read_at(0, &mut bytes).unwrap();
+        assert_eq!(&bytes[..n], b"kept");
     }
 }

@@ -17,6 +17,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use bytes::Bytes;
 use stele::vfs::Vfs;
+use stele::wal::group_commit::check_batch_bytes;
 use stele::wal::{
     LogSeq, Recovery, VisibleRecord, WalOpenError, WalOptions, WalReader, WalRetentionError,
     WalRetireError, WalRetirement, WalTruncation, WalWriteError, WalWriter, WalWriterStats,
@@ -29,7 +30,7 @@ use crate::convert::plain::{
     from_wit_stats, from_wit_truncation, from_wit_visible, wit_batch, wit_options,
 };
 use crate::runtime::bindings::exports::stele::log::wal as wit;
-use crate::runtime::{GuestState, PlainInstance, Runtime, SandboxLimits, bindings};
+use crate::runtime::{GuestState, PlainInstance, Runtime, SandboxLimits, bindings, trap_error};
 use crate::sandbox_async::{AsyncSandbox, Request};
 use crate::{Mode, SandboxError};
 
@@ -55,6 +56,10 @@ pub enum WalError {
 #[derive(Clone)]
 pub struct Wal {
     inner: Arc<Inner>,
+    /// The writer's resolved group bound: sandboxed, a batch past it (or past
+    /// [`stele::wal::record::PAYLOAD_BYTES_MAX`] per payload) is refused here, before it is
+    /// copied into the guest's memory, with the error the guest would give.
+    max_group_bytes: usize,
 }
 
 /// The tokio API over a [`Wal`]: the same log, and sandboxed the same instance, so threads and
@@ -84,33 +89,42 @@ impl std::fmt::Debug for Wal {
     }
 }
 
-fn trapped(e: wasmtime::Error) -> SandboxError {
-    SandboxError::Trapped(format!("{e:#}"))
-}
-
 fn guest_call<R>(call: wasmtime::Result<Result<R, wit::WalError>>) -> Result<R, WalError> {
-    call.map_err(trapped)?.map_err(from_wit_error)
+    call.map_err(trap_error)?.map_err(from_wit_error)
 }
 
 impl Wal {
     /// Creates a new log at `path`: a directory of segments when `options.segment_bytes` is
     /// set ([`WalWriter::create_segmented`]), else one file, missing or zero bytes
-    /// ([`WalWriter::create_with`]).
+    /// ([`WalWriter::create_with`]). Sandboxed, the instance has the default
+    /// [`SandboxLimits`].
     pub fn create(
         vfs: Arc<dyn Vfs>,
         path: &str,
         options: WalOptions,
         mode: Mode,
     ) -> Result<Wal, WalError> {
+        Wal::create_with_limits(vfs, path, options, mode, SandboxLimits::default())
+    }
+
+    /// [`Wal::create`], with the sandboxed instance bounded by `limits` (ignored natively).
+    pub fn create_with_limits(
+        vfs: Arc<dyn Vfs>,
+        path: &str,
+        options: WalOptions,
+        mode: Mode,
+        limits: SandboxLimits,
+    ) -> Result<Wal, WalError> {
         let inner = match mode {
             Mode::Native if options.segment_bytes.is_some() => {
                 Inner::Native(WalWriter::create_segmented(vfs, path, options)?)
             }
             Mode::Native => Inner::Native(WalWriter::create_with(&*vfs, path, options)?),
-            Mode::Sandboxed => Inner::Async(AsyncSandbox::start(vfs, path, options, true)?.0),
+            Mode::Sandboxed => {
+                Inner::Async(AsyncSandbox::start(vfs, path, options, limits, true)?.0)
+            }
             Mode::SandboxedPlain => {
-                let (mut store, bindings) =
-                    Runtime::get()?.instantiate(vfs, SandboxLimits::default())?;
+                let (mut store, bindings) = Runtime::get()?.instantiate(vfs, limits)?;
                 let writer = guest_call(bindings.stele_log_wal().writer().call_create(
                     &mut store,
                     path,
@@ -121,17 +135,30 @@ impl Wal {
         };
         Ok(Wal {
             inner: Arc::new(inner),
+            max_group_bytes: options.resolved_max_group_bytes(),
         })
     }
 
     /// Recovers the log at `path` (missing or empty, it becomes a new log) and resumes
     /// appending: a directory of segments when `options.segment_bytes` is set
-    /// ([`WalWriter::open_segmented`]), else one file ([`WalWriter::open_with`]).
+    /// ([`WalWriter::open_segmented`]), else one file ([`WalWriter::open_with`]). Sandboxed,
+    /// the instance has the default [`SandboxLimits`].
     pub fn open(
         vfs: Arc<dyn Vfs>,
         path: &str,
         options: WalOptions,
         mode: Mode,
+    ) -> Result<(Wal, Recovery), WalError> {
+        Wal::open_with_limits(vfs, path, options, mode, SandboxLimits::default())
+    }
+
+    /// [`Wal::open`], with the sandboxed instance bounded by `limits` (ignored natively).
+    pub fn open_with_limits(
+        vfs: Arc<dyn Vfs>,
+        path: &str,
+        options: WalOptions,
+        mode: Mode,
+        limits: SandboxLimits,
     ) -> Result<(Wal, Recovery), WalError> {
         let (inner, recovery) = match mode {
             Mode::Native if options.segment_bytes.is_some() => {
@@ -143,12 +170,11 @@ impl Wal {
                 (Inner::Native(writer), recovery)
             }
             Mode::Sandboxed => {
-                let (sandbox, recovery) = AsyncSandbox::start(vfs, path, options, false)?;
+                let (sandbox, recovery) = AsyncSandbox::start(vfs, path, options, limits, false)?;
                 (Inner::Async(sandbox), recovery)
             }
             Mode::SandboxedPlain => {
-                let (mut store, bindings) =
-                    Runtime::get()?.instantiate(vfs, SandboxLimits::default())?;
+                let (mut store, bindings) = Runtime::get()?.instantiate(vfs, limits)?;
                 let (writer, recovery) = guest_call(bindings.stele_log_wal().writer().call_open(
                     &mut store,
                     path,
@@ -161,9 +187,18 @@ impl Wal {
         Ok((
             Wal {
                 inner: Arc::new(inner),
+                max_group_bytes: options.resolved_max_group_bytes(),
             },
             recovery,
         ))
+    }
+
+    /// Sandboxed, refuses a batch the writer would refuse, before it crosses into the guest.
+    fn check_batch(&self, records: &[(u16, &[u8])]) -> Result<(), WalError> {
+        if !matches!(&*self.inner, Inner::Native(_)) {
+            check_batch_bytes(records, self.max_group_bytes)?;
+        }
+        Ok(())
     }
 
     pub fn mode(&self) -> Mode {
@@ -200,10 +235,13 @@ impl Wal {
         match &*self.inner {
             Inner::Native(w) => Ok(w.commit(op, payload)?),
             Inner::Async(_) => self.commit_many(&[(op, payload)]).map(|r| r.start),
-            Inner::Plain(s) => Self::plain(s, |st, b, w| {
-                b.stele_log_wal().writer().call_commit(st, w, op, payload)
-            })
-            .map(LogSeq),
+            Inner::Plain(s) => {
+                self.check_batch(&[(op, payload)])?;
+                Self::plain(s, |st, b, w| {
+                    b.stele_log_wal().writer().call_commit(st, w, op, payload)
+                })
+                .map(LogSeq)
+            }
         }
     }
 
@@ -212,12 +250,15 @@ impl Wal {
         match &*self.inner {
             Inner::Native(w) => Ok(w.commit_durable(op, payload)?),
             Inner::Async(_) => self.commit_many_durable(&[(op, payload)]).map(|r| r.start),
-            Inner::Plain(s) => Self::plain(s, |st, b, w| {
-                b.stele_log_wal()
-                    .writer()
-                    .call_commit_durable(st, w, op, payload)
-            })
-            .map(LogSeq),
+            Inner::Plain(s) => {
+                self.check_batch(&[(op, payload)])?;
+                Self::plain(s, |st, b, w| {
+                    b.stele_log_wal()
+                        .writer()
+                        .call_commit_durable(st, w, op, payload)
+                })
+                .map(LogSeq)
+            }
         }
     }
 
@@ -226,10 +267,12 @@ impl Wal {
         match &*self.inner {
             Inner::Native(w) => Ok(w.commit_many(records)?),
             Inner::Async(s) => {
+                self.check_batch(records)?;
                 let records = async_batch(records);
                 s.request_blocking(|reply| Request::CommitMany { records, reply })
             }
             Inner::Plain(s) => {
+                self.check_batch(records)?;
                 let batch = wit_batch(records);
                 Self::plain(s, |st, b, w| {
                     b.stele_log_wal().writer().call_commit_many(st, w, &batch)
@@ -244,10 +287,12 @@ impl Wal {
         match &*self.inner {
             Inner::Native(w) => Ok(w.commit_many_durable(records)?),
             Inner::Async(s) => {
+                self.check_batch(records)?;
                 let records = async_batch(records);
                 s.request_blocking(|reply| Request::CommitManyDurable { records, reply })
             }
             Inner::Plain(s) => {
+                self.check_batch(records)?;
                 let batch = wit_batch(records);
                 Self::plain(s, |st, b, w| {
                     b.stele_log_wal()
@@ -420,6 +465,7 @@ impl AsyncWal {
     pub async fn commit_many(&self, records: &[(u16, &[u8])]) -> Result<Range<LogSeq>, WalError> {
         match &*self.wal.inner {
             Inner::Async(s) => {
+                self.wal.check_batch(records)?;
                 let records = async_batch(records);
                 s.request(|reply| Request::CommitMany { records, reply })
                     .await
@@ -440,6 +486,7 @@ impl AsyncWal {
     ) -> Result<Range<LogSeq>, WalError> {
         match &*self.wal.inner {
             Inner::Async(s) => {
+                self.wal.check_batch(records)?;
                 let records = async_batch(records);
                 s.request(|reply| Request::CommitManyDurable { records, reply })
                     .await
@@ -592,7 +639,7 @@ pub fn read_wal(
             }
             let recovery = api
                 .call_recovery(&mut store, reader)
-                .map_err(trapped)?
+                .map_err(trap_error)?
                 .ok_or_else(|| SandboxError::Trapped("reader ended without a recovery".into()))?;
             Ok((records, from_wit_recovery(recovery)))
         }

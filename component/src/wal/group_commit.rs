@@ -279,22 +279,7 @@ impl GroupCommit {
         if records.is_empty() {
             return Ok(start..start);
         }
-        let mut encoded_bytes = 0usize;
-        for (_, payload) in records {
-            if payload.len() > PAYLOAD_BYTES_MAX {
-                return Err(WalWriteError::PayloadTooLarge {
-                    payload_bytes: payload.len(),
-                    payload_bytes_max: PAYLOAD_BYTES_MAX,
-                });
-            }
-            encoded_bytes = encoded_bytes.saturating_add(record::encoded_len(payload.len()));
-        }
-        if encoded_bytes > self.max_group_bytes {
-            return Err(WalWriteError::GroupTooLarge {
-                encoded_bytes,
-                max_group_bytes: self.max_group_bytes,
-            });
-        }
+        let encoded_bytes = check_batch_bytes(records, self.max_group_bytes)?;
         let retain = self.retained_bytes_max > 0;
         if retain && self.retained_bytes + encoded_bytes > self.retained_bytes_max {
             return Err(WalWriteError::RetentionFull {
@@ -598,6 +583,34 @@ impl GroupCommit {
             ..self.stats.clone()
         }
     }
+}
+
+/// Checks one batch against the size bounds every writer enforces: each payload at most
+/// [`PAYLOAD_BYTES_MAX`], and the batch, encoded, at most `max_group_bytes` (a batch is never
+/// split across groups). Returns the encoded size. Public so that a host can refuse an
+/// oversized batch before copying it into a sandboxed writer's memory, with the same error the
+/// writer would give.
+pub fn check_batch_bytes(
+    records: &[(u16, &[u8])],
+    max_group_bytes: usize,
+) -> Result<usize, WalWriteError> {
+    let mut encoded_bytes = 0usize;
+    for (_, payload) in records {
+        if payload.len() > PAYLOAD_BYTES_MAX {
+            return Err(WalWriteError::PayloadTooLarge {
+                payload_bytes: payload.len(),
+                payload_bytes_max: PAYLOAD_BYTES_MAX,
+            });
+        }
+        encoded_bytes = encoded_bytes.saturating_add(record::encoded_len(payload.len()));
+    }
+    if encoded_bytes > max_group_bytes {
+        return Err(WalWriteError::GroupTooLarge {
+            encoded_bytes,
+            max_group_bytes,
+        });
+    }
+    Ok(encoded_bytes)
 }
 
 #[cfg(test)]

@@ -174,8 +174,32 @@ impl VfsFile for RealFile {
 }
 
 impl RealFs {
+    /// The lexical checks, and then: if the path's last component is a symlink, it must
+    /// resolve inside the root. cap-std already refuses to follow such a link, but some calls
+    /// never follow the last component (`O_CREAT|O_EXCL`, `mkdir`, `lstat`, `unlink`,
+    /// `rename`) and would answer about the link itself; a link that leads out is refused the
+    /// same way in every operation instead. One `lstat` per path call: these calls open,
+    /// rename or list, never the per-record reads, writes and syncs, which use handles.
+    fn confine(&self, path: &str, allow_root: bool) -> Result<(), VfsError> {
+        check_path(path, allow_root)?;
+        if path.is_empty() || path == "." {
+            return Ok(());
+        }
+        match self.root.symlink_metadata(path) {
+            Ok(meta) if meta.is_symlink() => match self.root.metadata(path) {
+                Err(e) => match map_err(path, e) {
+                    escape @ VfsError::InvalidPath(_) => Err(escape),
+                    // Dangling inside the root: the call itself answers.
+                    _ => Ok(()),
+                },
+                Ok(_) => Ok(()),
+            },
+            _ => Ok(()),
+        }
+    }
+
     fn dir(&self, dir: &str) -> Result<Dir, VfsError> {
-        check_path(dir, true)?;
+        self.confine(dir, true)?;
         if dir.is_empty() || dir == "." {
             self.root.try_clone().map_err(|e| map_err(dir, e))
         } else {
@@ -186,7 +210,7 @@ impl RealFs {
 
 impl Vfs for RealFs {
     fn open(&self, path: &str, mode: OpenMode) -> Result<Box<dyn VfsFile>, VfsError> {
-        check_path(path, false)?;
+        self.confine(path, false)?;
         let mut options = OpenOptions::new();
         options.read(true).write(true);
         match mode {
@@ -211,15 +235,15 @@ impl Vfs for RealFs {
     }
 
     fn rename(&self, from: &str, to: &str) -> Result<(), VfsError> {
-        check_path(from, false)?;
-        check_path(to, false)?;
+        self.confine(from, false)?;
+        self.confine(to, false)?;
         self.root
             .rename(from, &self.root, to)
             .map_err(|e| map_err(from, e))
     }
 
     fn sync_dir(&self, dir: &str) -> Result<(), VfsError> {
-        check_path(dir, true)?;
+        self.confine(dir, true)?;
         // cap-std holds directories as O_PATH descriptors, which fsync refuses (EBADF); open the
         // directory read-only as a file to get a descriptor that can be synced.
         let target = if dir.is_empty() { "." } else { dir };
@@ -233,12 +257,12 @@ impl Vfs for RealFs {
     }
 
     fn remove(&self, path: &str) -> Result<(), VfsError> {
-        check_path(path, false)?;
+        self.confine(path, false)?;
         self.root.remove_file(path).map_err(|e| map_err(path, e))
     }
 
     fn create_dir(&self, dir: &str) -> Result<(), VfsError> {
-        check_path(dir, false)?;
+        self.confine(dir, false)?;
         match self.root.create_dir(dir) {
             Ok(()) => Ok(()),
             // An existing directory is what the caller asked for; an existing file is not.
@@ -253,7 +277,7 @@ impl Vfs for RealFs {
     }
 
     fn exists(&self, path: &str) -> Result<bool, VfsError> {
-        check_path(path, false)?;
+        self.confine(path, false)?;
         match self.root.symlink_metadata(path) {
             Ok(_) => Ok(true),
             Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(false),
@@ -273,7 +297,7 @@ impl Vfs for RealFs {
     }
 
     fn lock_exclusive(&self, path: &str) -> Result<Box<dyn VfsLock>, VfsError> {
-        check_path(path, false)?;
+        self.confine(path, false)?;
         let mut options = OpenOptions::new();
         options.read(true).write(true).create(true);
         let file = self

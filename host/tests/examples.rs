@@ -1,0 +1,60 @@
+//! The embedding examples in `host/examples/` run, and do what they print. `cargo test` builds
+//! every example next to the test binaries; this runs them.
+
+use std::path::PathBuf;
+use std::process::Command;
+
+fn example(name: &str) -> PathBuf {
+    let deps = std::env::current_exe().unwrap();
+    let profile_dir = deps.parent().unwrap().parent().unwrap();
+    let path = profile_dir.join("examples").join(name);
+    assert!(
+        path.exists(),
+        "{} is not built; `cargo test` builds the examples",
+        path.display()
+    );
+    path
+}
+
+fn run(name: &str) -> String {
+    let dir = tempfile::tempdir().unwrap();
+    let out = Command::new(example(name))
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.status.success(), "{name} failed:\n{text}");
+    text
+}
+
+#[test]
+fn embed_sync_commits_and_recovers_in_every_mode() {
+    let text = run("embed_sync");
+    for mode in ["native", "sandboxed", "sandboxed-plain"] {
+        let line = text
+            .lines()
+            .find(|l| l.starts_with(&format!("{mode} ")))
+            .unwrap_or_else(|| panic!("no line for {mode}:\n{text}"));
+        assert!(line.contains("800 durable commits"), "{line}");
+        assert!(line.contains("reopened: 800 records"), "{line}");
+    }
+}
+
+#[test]
+fn embed_tokio_commits_from_64_tasks_in_every_mode() {
+    let text = run("embed_tokio");
+    for mode in ["native", "sandboxed", "sandboxed-plain"] {
+        let line = text
+            .lines()
+            .find(|l| l.starts_with(&format!("{mode} ")))
+            .unwrap_or_else(|| panic!("no line for {mode}:\n{text}"));
+        assert!(
+            line.contains("1280 durable commits from 64 tasks"),
+            "{line}"
+        );
+    }
+}
