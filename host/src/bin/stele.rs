@@ -13,6 +13,7 @@ use stele_host::fs::RealFs;
 use stele_host::{Journal, Mode, Wal, read_wal, replay_journal};
 
 mod bench;
+mod inspect_cmd;
 mod push_log_cmd;
 mod wal_segments_cmd;
 
@@ -32,6 +33,29 @@ enum Command {
     /// component, then inside the plain WASI 0.2 component; each log is reopened and every
     /// record checked; a table sums it up.
     Demo(DemoArgs),
+    /// Describe any Stele file, or a WAL segment directory: the family (read from the header,
+    /// not the name), version, header word (a WAL's first seq, a checkpoint's seq), how many
+    /// records, ops or frames it holds, its byte ranges, and how its valid prefix ends.
+    /// Read-only: a torn tail is reported, never cut. Exit status 0 once the path could be
+    /// read, whatever its state (`stele verify` judges it).
+    Inspect {
+        /// A WAL file or segment directory, a journal, a push log or a WAL checkpoint.
+        path: PathBuf,
+        /// One JSON object instead of text.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Check any Stele file, or a WAL segment directory, with the engine's own recovery,
+    /// without changing it. Exit status: 0 clean; 1 torn tail (a crash cut the last write
+    /// short; the next writer cuts it and no acknowledged record is lost); 2 corrupt (damage
+    /// with a valid record after it, a bad header or version, a gap between segments), or not
+    /// a Stele log. Prints the offset.
+    Verify {
+        path: PathBuf,
+        /// One JSON object instead of text.
+        #[arg(long)]
+        json: bool,
+    },
     /// Write-ahead log tools.
     #[command(subcommand)]
     Wal(WalCommand),
@@ -233,6 +257,8 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::PushLog(command) => push_log_command(command),
         Command::Journal(command) => return journal_command(command),
+        Command::Inspect { path, json } => return exit(inspect_cmd::inspect(&path, json)),
+        Command::Verify { path, json } => return exit(inspect_cmd::verify(&path, json)),
         Command::Demo(args) => demo(args),
         Command::Wal(WalCommand::Dump { path, sandboxed }) => wal_dump(&path, sandboxed),
         Command::Wal(WalCommand::Segments { dir, json }) => wal_segments_cmd::segments(&dir, json),
@@ -331,6 +357,14 @@ fn journal_command(command: JournalCommand) -> ExitCode {
     outcome.unwrap_or_else(|err| {
         eprintln!("stele: {err:#}");
         ExitCode::FAILURE
+    })
+}
+
+/// A command's own exit status, or one line with the path and the cause and status 2.
+fn exit(outcome: Result<ExitCode>) -> ExitCode {
+    outcome.unwrap_or_else(|err| {
+        eprintln!("stele: {err:#}");
+        ExitCode::from(2)
     })
 }
 

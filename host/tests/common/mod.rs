@@ -3,18 +3,32 @@
 use std::path::Path;
 use std::process::Command;
 
-/// Runs `stele ARGS` in `dir` (this process's directory if `None`); returns whether it exited
-/// 0, and its stdout followed by its stderr.
-pub fn stele_in(dir: Option<&Path>, args: &[&str]) -> (bool, String) {
+/// How one run of `stele` ended.
+pub struct Run {
+    /// The exit status (`None` if a signal ended it).
+    pub code: Option<i32>,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+/// Runs `stele ARGS` in `dir` (this process's directory if `None`).
+pub fn stele_run(dir: Option<&Path>, args: &[&str]) -> Run {
     let mut command = Command::new(env!("CARGO_BIN_EXE_stele"));
     if let Some(dir) = dir {
         command.current_dir(dir);
     }
     let out = command.args(args).output().unwrap();
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    (out.status.success(), text)
+    Run {
+        code: out.status.code(),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    }
+}
+
+/// Runs `stele ARGS` in `dir` (this process's directory if `None`); returns whether it exited
+/// 0, and its stdout followed by its stderr.
+#[allow(dead_code)] // not every suite that includes this module uses both
+pub fn stele_in(dir: Option<&Path>, args: &[&str]) -> (bool, String) {
+    let run = stele_run(dir, args);
+    (run.code == Some(0), format!("{}{}", run.stdout, run.stderr))
 }

@@ -1,0 +1,622 @@
+//! `stele inspect PATH` and `stele verify PATH`: any Stele file (or WAL segment directory),
+//! recognised by its header rather than its name, read with the engine's own recovery code
+//! (natively, read-only) and described: family, version, header word, records (ops, frames),
+//! byte ranges and how the valid prefix ends. `verify` turns that ending into its exit status.
+
+use std::io::IsTerminal;
+use std::path::Path;
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use anyhow::{Context, Result};
+use indicatif::{ProgressBar, ProgressStyle};
+use stele::header::{Family, FileHeader, HEADER_BYTES};
+use stele::vfs::{OpenMode, SyncKind, Vfs, VfsError, VfsFile, VfsLock};
+use stele::wal::segment::SegmentEnd;
+use stele::wal::{LogSeq, RecoveryEnd, WalOpenError, WalReader};
+
+use crate::root_and_name;
+
+/// Below this many bytes a check takes well under a second (recovery reads at 1 GB/s or
+/// more), so no progress bar is drawn: it would only flicker.
+const PROGRESS_BAR_MIN_BYTES: u64 = 64 << 20;
+
+/// How the valid prefix of a log ends.
+#[derive(Debug)]
+enum Status {
+    Clean,
+    /// Bytes after `valid_end` are an unfinished write (a crash cut an append short); the next
+    /// writer cuts them. No acknowledged record is lost.
+    TornTail {
+        valid_end: u64,
+        file_len: u64,
+    },
+    /// Damage that recovery refuses to cut (a valid record follows it, a bad header, a wrong
+    /// version, a gap): acknowledged records may be behind it.
+    Corrupt {
+        offset: Option<u64>,
+        why: String,
+    },
+}
+
+impl Status {
+    fn exit_code(&self) -> u8 {
+        match self {
+            Status::Clean => 0,
+            Status::TornTail { .. } => 1,
+            Status::Corrupt { .. } => 2,
+        }
+    }
+
+    fn name(&self) -> &'static str {
+        match self {
+            Status::Clean => "clean",
+            Status::TornTail { .. } => "torn-tail",
+            Status::Corrupt { .. } => "corrupt",
+        }
+    }
+
+    fn describe(&self) -> String {
+        match self {
+            Status::Clean => "clean".into(),
+            Status::TornTail {
+                valid_end,
+                file_len,
+            } => format!(
+                "torn tail at byte {valid_end}: {} bytes after it are an unfinished write, cut \
+                 by the next writer; nothing acknowledged is lost",
+                file_len - valid_end
+            ),
+            Status::Corrupt {
+                offset: Some(offset),
+                why,
+            } => format!("corrupt at byte {offset}: {why}"),
+            Status::Corrupt { offset: None, why } => format!("corrupt: {why}"),
+        }
+    }
+}
+
+/// A span of bytes and what it holds.
+#[derive(Debug)]
+struct Span {
+    what: String,
+    start: u64,
+    end: u64,
+}
+
+/// What `inspect` prints and `verify` judges.
+#[derive(Debug)]
+struct Report {
+    /// `wal`, `wal-segments`, `journal`, `push-log`, `wal-checkpoint`, or `empty`.
+    kind: &'static str,
+    version: Option<u16>,
+    /// The header's family word and what it means for this family.
+    header_word: Option<(&'static str, u64)>,
+    /// What `count` counts: records, ops or frames.
+    unit: &'static str,
+    count: u64,
+    bytes: u64,
+    spans: Vec<Span>,
+    status: Status,
+}
+
+impl Report {
+    fn failed(kind: &'static str, bytes: u64, offset: Option<u64>, why: String) -> Report {
+        Report {
+            kind,
+            version: None,
+            header_word: None,
+            unit: "records",
+            count: 0,
+            bytes,
+            spans: Vec::new(),
+            status: Status::Corrupt { offset, why },
+        }
+    }
+
+    fn print(&self, path: &Path) {
+        println!("{}: {}", path.display(), self.kind);
+        if let Some(version) = self.version {
+            println!("  version      {version}");
+        }
+        if let Some((name, word)) = self.header_word {
+            println!("  {name:<12} {word}");
+        }
+        println!("  {:<12} {}", self.unit, self.count);
+        println!("  bytes        {}", self.bytes);
+        for span in &self.spans {
+            println!("  {:>12}..{:<12} {}", span.start, span.end, span.what);
+        }
+        println!("  status       {}", self.status.describe());
+    }
+
+    fn json(&self, path: &Path) -> String {
+        let (offset, valid_end) = match &self.status {
+            Status::Clean => (None, None),
+            Status::TornTail { valid_end, .. } => (Some(*valid_end), Some(*valid_end)),
+            Status::Corrupt { offset, .. } => (*offset, None),
+        };
+        serde_json::json!({
+            "path": path.display().to_string(),
+            "kind": self.kind,
+            "version": self.version,
+            "header_word": self.header_word.map(|(name, word)| serde_json::json!({name: word})),
+            "unit": self.unit,
+            "count": self.count,
+            "bytes": self.bytes,
+            "spans": self.spans.iter().map(|s| serde_json::json!({
+                "what": s.what, "start": s.start, "end": s.end,
+            })).collect::<Vec<_>>(),
+            "status": self.status.name(),
+            "offset": offset,
+            "valid_end": valid_end,
+            "detail": self.status.describe(),
+        })
+        .to_string()
+    }
+}
+
+/// `stele inspect`: prints the report; exit 0 once the path could be read at all, whatever
+/// its state (use `verify` to judge).
+pub fn inspect(path: &Path, json: bool) -> Result<ExitCode> {
+    let report = examine(path)?;
+    if json {
+        println!("{}", report.json(path));
+    } else {
+        report.print(path);
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `stele verify`: exit 0 clean, 1 torn tail, 2 corrupt (or not a Stele log).
+pub fn verify(path: &Path, json: bool) -> Result<ExitCode> {
+    let report = examine(path)?;
+    if json {
+        println!("{}", report.json(path));
+    } else {
+        println!(
+            "{}: {} ({} {}, {} bytes)",
+            path.display(),
+            report.status.describe(),
+            report.count,
+            report.unit,
+            report.bytes
+        );
+    }
+    Ok(ExitCode::from(report.status.exit_code()))
+}
+
+/// Reads `path` with the engine's recovery for its family. `Err` only when the path cannot be
+/// read at all (missing, permissions); damage is a [`Status::Corrupt`] report.
+fn examine(path: &Path) -> Result<Report> {
+    let meta = std::fs::metadata(path).with_context(|| format!("{}", path.display()))?;
+    let (fs, name) = root_and_name(path)?;
+    let total = if meta.is_dir() {
+        directory_bytes(path)?
+    } else {
+        meta.len()
+    };
+    let progress = progress_bar(total);
+    let vfs: Arc<dyn Vfs> = Arc::new(ProgressVfs {
+        inner: fs,
+        progress: progress.clone(),
+    });
+    let report = if meta.is_dir() {
+        wal_segments(vfs, &name, total)
+    } else {
+        file(vfs, &name, path)
+    };
+    progress.finish_and_clear();
+    report
+}
+
+fn directory_bytes(dir: &Path) -> Result<u64> {
+    let mut total = 0;
+    for entry in std::fs::read_dir(dir).with_context(|| format!("{}", dir.display()))? {
+        let meta = entry?.metadata()?;
+        if meta.is_file() {
+            total += meta.len();
+        }
+    }
+    Ok(total)
+}
+
+fn progress_bar(total: u64) -> ProgressBar {
+    if total < PROGRESS_BAR_MIN_BYTES || !std::io::stdout().is_terminal() {
+        return ProgressBar::hidden();
+    }
+    let bar = ProgressBar::new(total);
+    bar.set_style(
+        ProgressStyle::with_template(
+            "{spinner} reading [{bar:40}] {bytes}/{total_bytes} ({bytes_per_sec}, {eta})",
+        )
+        .expect("a valid template")
+        .progress_chars("=> "),
+    );
+    bar
+}
+
+fn file(vfs: Arc<dyn Vfs>, name: &str, path: &Path) -> Result<Report> {
+    let file = vfs
+        .open(name, OpenMode::Existing)
+        .with_context(|| format!("{}", path.display()))?;
+    let len = file.len().with_context(|| format!("{}", path.display()))?;
+    if len == 0 {
+        return Ok(Report {
+            kind: "empty",
+            version: None,
+            header_word: None,
+            unit: "records",
+            count: 0,
+            bytes: 0,
+            spans: Vec::new(),
+            status: Status::Clean,
+        });
+    }
+    let mut head = vec![0u8; (len as usize).min(HEADER_BYTES)];
+    file.read_exact_at(0, &mut head)
+        .with_context(|| format!("{}", path.display()))?;
+    let header = match FileHeader::decode(&head) {
+        Ok(header) => header,
+        Err(e) => {
+            return Ok(Report::failed(
+                "unknown",
+                len,
+                Some(0),
+                format!("not a Stele log header: {e}"),
+            ));
+        }
+    };
+    let header_span = Span {
+        what: "header".into(),
+        start: 0,
+        end: HEADER_BYTES as u64,
+    };
+    let mut report = match header.family {
+        Family::Wal => wal_file(&*file, len),
+        Family::Journal => journal(&*file, len),
+        Family::PushLog => push_log(vfs, name, len),
+        Family::WalCheckpoint => Report {
+            kind: "wal-checkpoint",
+            version: None,
+            header_word: Some(("through_seq", header.family_word)),
+            unit: "records",
+            count: 0,
+            bytes: len,
+            spans: Vec::new(),
+            status: if len == HEADER_BYTES as u64 {
+                Status::Clean
+            } else {
+                Status::Corrupt {
+                    offset: Some(HEADER_BYTES as u64),
+                    why: "a checkpoint is exactly one header".into(),
+                }
+            },
+        },
+    };
+    report.version = Some(header.version);
+    if report.header_word.is_none() && header.family == Family::Wal {
+        report.header_word = Some(("first_seq", header.family_word));
+    }
+    report.spans.insert(0, header_span);
+    Ok(report)
+}
+
+/// The span after the valid prefix: a torn tail, or nothing.
+fn tail_span(valid_end: u64, file_len: u64, what: &str) -> Option<Span> {
+    (file_len > valid_end).then(|| Span {
+        what: what.into(),
+        start: valid_end,
+        end: file_len,
+    })
+}
+
+fn wal_file(file: &dyn VfsFile, len: u64) -> Report {
+    match stele::wal::replay(file, LogSeq(0), |_| {}) {
+        Ok(recovery) => {
+            let mut spans = vec![Span {
+                what: format!("{} records", recovery.records),
+                start: HEADER_BYTES as u64,
+                end: recovery.valid_end,
+            }];
+            spans.extend(tail_span(
+                recovery.valid_end,
+                recovery.file_len,
+                "torn tail (an unfinished write)",
+            ));
+            Report {
+                kind: "wal",
+                version: None,
+                header_word: None,
+                unit: "records",
+                count: recovery.records,
+                bytes: len,
+                spans,
+                status: match recovery.end {
+                    RecoveryEnd::TornTail => Status::TornTail {
+                        valid_end: recovery.valid_end,
+                        file_len: recovery.file_len,
+                    },
+                    RecoveryEnd::Clean | RecoveryEnd::NewLog => Status::Clean,
+                },
+            }
+        }
+        Err(e) => Report::failed("wal", len, wal_error_offset(&e), e.to_string()),
+    }
+}
+
+fn wal_error_offset(e: &WalOpenError) -> Option<u64> {
+    match e {
+        WalOpenError::Corrupt { offset, .. } => Some(*offset),
+        WalOpenError::BadHeader(_) => Some(0),
+        _ => None,
+    }
+}
+
+fn wal_segments(vfs: Arc<dyn Vfs>, name: &str, total: u64) -> Result<Report> {
+    let mut reader = match WalReader::open(vfs, name) {
+        Ok(reader) => reader,
+        Err(WalOpenError::Vfs(e)) => return Err(e).context(name.to_owned()),
+        Err(e) => {
+            return Ok(Report::failed(
+                "wal-segments",
+                total,
+                wal_error_offset(&e),
+                e.to_string(),
+            ));
+        }
+    };
+    loop {
+        match reader.next_record() {
+            Ok(Some(_)) => {}
+            Ok(None) => break,
+            Err(e) => {
+                return Ok(Report::failed(
+                    "wal-segments",
+                    total,
+                    wal_error_offset(&e),
+                    e.to_string(),
+                ));
+            }
+        }
+    }
+    let Some(found) = reader.segmented_recovery() else {
+        return Ok(Report::failed(
+            "wal-segments",
+            total,
+            None,
+            "a directory that holds no WAL segments".into(),
+        ));
+    };
+    let mut spans = Vec::new();
+    let mut status = Status::Clean;
+    for segment in &found.segments {
+        let file_name = stele::wal::segment::segment_file_name(segment.first_seq);
+        spans.push(Span {
+            what: format!("{file_name}: {} records", segment.records),
+            start: HEADER_BYTES as u64,
+            end: segment.valid_end,
+        });
+        match segment.end {
+            SegmentEnd::Clean => {}
+            SegmentEnd::TornTail { dirty_end } => {
+                spans.push(Span {
+                    what: format!("{file_name}: torn tail (an unfinished write)"),
+                    start: segment.valid_end,
+                    end: dirty_end,
+                });
+                status = Status::TornTail {
+                    valid_end: segment.valid_end,
+                    file_len: dirty_end,
+                };
+            }
+            SegmentEnd::Unfinished => {
+                spans.push(Span {
+                    what: format!("{file_name}: unfinished rotation (no header yet)"),
+                    start: 0,
+                    end: segment.file_len,
+                });
+            }
+        }
+    }
+    Ok(Report {
+        kind: "wal-segments",
+        version: None,
+        header_word: found.checkpoint.map(|c| ("checkpoint", c.0)),
+        unit: "records",
+        count: found.recovery.records,
+        bytes: total,
+        spans,
+        status,
+    })
+}
+
+fn journal(file: &dyn VfsFile, len: u64) -> Report {
+    match stele::journal::replay_file(file) {
+        Ok((_, recovery)) => {
+            let mut spans = vec![Span {
+                what: format!("{} ops", recovery.ops),
+                start: HEADER_BYTES as u64,
+                end: recovery.valid_end,
+            }];
+            spans.extend(tail_span(
+                recovery.valid_end,
+                recovery.file_len,
+                "torn tail (an unfinished append)",
+            ));
+            Report {
+                kind: "journal",
+                version: None,
+                header_word: None,
+                unit: "ops",
+                count: recovery.ops,
+                bytes: len,
+                spans,
+                status: if recovery.torn_tail {
+                    Status::TornTail {
+                        valid_end: recovery.valid_end,
+                        file_len: recovery.file_len,
+                    }
+                } else {
+                    Status::Clean
+                },
+            }
+        }
+        Err(e) => {
+            let offset = match &e {
+                stele::journal::JournalError::Corrupt { offset, .. }
+                | stele::journal::JournalError::MalformedOp { offset, .. } => Some(*offset),
+                stele::journal::JournalError::BadHeader(_) => Some(0),
+                _ => None,
+            };
+            Report::failed("journal", len, offset, e.to_string())
+        }
+    }
+}
+
+fn push_log(vfs: Arc<dyn Vfs>, name: &str, len: u64) -> Report {
+    use stele::push_log::{PushLog, PushLogEnd, PushLogError};
+    let offset_of = |e: &PushLogError| match e {
+        PushLogError::Corrupt { offset, .. } | PushLogError::MalformedFrame { offset, .. } => {
+            Some(*offset)
+        }
+        PushLogError::BadHeader(_) => Some(0),
+        _ => None,
+    };
+    let schema = match PushLog::detect_schema(&*vfs, name) {
+        Ok(Some(schema)) => schema,
+        Ok(None) => Arc::new(arrow_schema::Schema::empty()),
+        Err(e) => return Report::failed("push-log", len, offset_of(&e), e.to_string()),
+    };
+    let log = PushLog::new(vfs, name, schema);
+    let mut scan = match log.scan() {
+        Ok(scan) => scan,
+        Err(e) => return Report::failed("push-log", len, offset_of(&e), e.to_string()),
+    };
+    let (mut frames, mut rows) = (0u64, 0u64);
+    for frame in scan.by_ref() {
+        match frame {
+            Ok(frame) => {
+                frames += 1;
+                rows += frame.batch.num_rows() as u64;
+            }
+            Err(e) => return Report::failed("push-log", len, offset_of(&e), e.to_string()),
+        }
+    }
+    let (status, valid_end) = match scan.end() {
+        PushLogEnd::Clean => (Status::Clean, len),
+        PushLogEnd::TornTail {
+            valid_end,
+            file_len,
+        } => (
+            Status::TornTail {
+                valid_end,
+                file_len,
+            },
+            valid_end,
+        ),
+        PushLogEnd::Corrupt {
+            offset,
+            valid_frame_at,
+        } => (
+            Status::Corrupt {
+                offset: Some(offset),
+                why: format!("a damaged frame, and a valid one follows at byte {valid_frame_at}"),
+            },
+            offset,
+        ),
+    };
+    let mut spans = vec![Span {
+        what: format!("{frames} frames, {rows} rows"),
+        start: HEADER_BYTES as u64,
+        end: valid_end,
+    }];
+    if let Status::TornTail { file_len, .. } = status {
+        spans.extend(tail_span(
+            valid_end,
+            file_len,
+            "torn tail (an unfinished push)",
+        ));
+    }
+    Report {
+        kind: "push-log",
+        version: None,
+        header_word: None,
+        unit: "frames",
+        count: frames,
+        bytes: len,
+        spans,
+        status,
+    }
+}
+
+/// A read-only view of the real filesystem that advances a progress bar by the bytes read.
+/// Anything that would write is refused: inspecting never changes a log.
+#[derive(Debug)]
+struct ProgressVfs {
+    inner: Arc<stele_host::fs::RealFs>,
+    progress: ProgressBar,
+}
+
+#[derive(Debug)]
+struct ProgressFile {
+    inner: Box<dyn VfsFile>,
+    progress: ProgressBar,
+}
+
+fn read_only() -> VfsError {
+    VfsError::PermissionDenied
+}
+
+impl VfsFile for ProgressFile {
+    fn len(&self) -> Result<u64, VfsError> {
+        self.inner.len()
+    }
+    fn read_at(&self, offset: u64, buf: &mut [u8]) -> Result<usize, VfsError> {
+        let n = self.inner.read_at(offset, buf)?;
+        self.progress.inc(n as u64);
+        Ok(n)
+    }
+    fn write_at(&self, _offset: u64, _data: &[u8]) -> Result<(), VfsError> {
+        Err(read_only())
+    }
+    fn set_len(&self, _len: u64) -> Result<(), VfsError> {
+        Err(read_only())
+    }
+    fn sync(&self, _kind: SyncKind) -> Result<(), VfsError> {
+        Err(read_only())
+    }
+}
+
+impl Vfs for ProgressVfs {
+    fn open(&self, path: &str, mode: OpenMode) -> Result<Box<dyn VfsFile>, VfsError> {
+        if mode != OpenMode::Existing {
+            return Err(read_only());
+        }
+        Ok(Box::new(ProgressFile {
+            inner: self.inner.open(path, mode)?,
+            progress: self.progress.clone(),
+        }))
+    }
+    fn rename(&self, _from: &str, _to: &str) -> Result<(), VfsError> {
+        Err(read_only())
+    }
+    fn sync_dir(&self, _dir: &str) -> Result<(), VfsError> {
+        Err(read_only())
+    }
+    fn remove(&self, _path: &str) -> Result<(), VfsError> {
+        Err(read_only())
+    }
+    fn create_dir(&self, _dir: &str) -> Result<(), VfsError> {
+        Err(read_only())
+    }
+    fn exists(&self, path: &str) -> Result<bool, VfsError> {
+        self.inner.exists(path)
+    }
+    fn list(&self, dir: &str) -> Result<Vec<String>, VfsError> {
+        self.inner.list(dir)
+    }
+    fn lock_exclusive(&self, _path: &str) -> Result<Box<dyn VfsLock>, VfsError> {
+        Err(read_only())
+    }
+}
