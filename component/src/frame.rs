@@ -76,10 +76,16 @@ pub fn push_frame(out: &mut Vec<u8>, write_body: impl FnOnce(&mut Vec<u8>)) -> u
 #[derive(Debug, PartialEq, Eq)]
 pub enum Decoded<'a> {
     /// A valid frame; it occupies `FRAME_HEADER_BYTES + body.len()` bytes.
-    Frame { body: &'a [u8] },
+    Frame {
+        /// The frame's body.
+        body: &'a [u8],
+    },
     /// The buffer ends before the frame does. `frame_bytes` is the frame's total size once the
     /// header is present.
-    Incomplete { frame_bytes: Option<usize> },
+    Incomplete {
+        /// The whole frame's size, once the header is there.
+        frame_bytes: Option<usize>,
+    },
     /// The bytes present cannot be a valid frame.
     Invalid,
 }
@@ -111,24 +117,42 @@ pub fn decode(buf: &[u8]) -> Decoded<'_> {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ScanEnd {
     /// Every byte up to `end` (the file length) is whole frames.
-    Clean { end: u64 },
+    Clean {
+        /// The file's length.
+        end: u64,
+    },
     /// Frames are valid up to `valid_end`; the bytes from there to `file_len` hold no valid frame.
     /// `nonzero_end` is the end of the last non-zero byte among them, or `valid_end` when all
     /// are zero: in a preallocated WAL segment an all-zero tail is unwritten space, a clean end,
     /// and anywhere else it is still an unfinished write.
     TornTail {
+        /// Where the whole frames end.
         valid_end: u64,
+        /// The file's length.
         file_len: u64,
+        /// Where the last non-zero byte after `valid_end` ends.
         nonzero_end: u64,
     },
     /// The frame at `offset` is damaged, yet a valid frame starts at `valid_frame_at`.
-    Corrupt { offset: u64, valid_frame_at: u64 },
+    Corrupt {
+        /// Where the damaged frame starts.
+        offset: u64,
+        /// Where the next valid frame starts.
+        valid_frame_at: u64,
+    },
 }
 
 /// One step of a [`FrameReader`].
 #[derive(Debug)]
 pub enum Next<'a> {
-    Frame { offset: u64, body: &'a [u8] },
+    /// A whole frame.
+    Frame {
+        /// Where it starts in the file.
+        offset: u64,
+        /// Its body.
+        body: &'a [u8],
+    },
+    /// No more frames, and why.
     End(ScanEnd),
 }
 
@@ -149,6 +173,7 @@ pub struct FrameReader {
 }
 
 impl FrameReader {
+    /// A reader of the frames from byte `start` of a file of `file_len` bytes.
     pub fn new(start: u64, file_len: u64) -> Self {
         FrameReader {
             file_len,

@@ -17,6 +17,7 @@
 
 use crate::frame::crc32c;
 
+/// The first eight bytes of every Stele file.
 pub const MAGIC: [u8; 8] = *b"STELElog";
 
 const MAGIC_OFFSET: usize = 0;
@@ -37,8 +38,11 @@ const _: () = assert!(
 /// Which log a file holds.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Family {
+    /// A write-ahead log file, or one segment of a segmented WAL.
     Wal,
+    /// A journal.
     Journal,
+    /// A push log.
     PushLog,
     /// The checkpoint file of a segmented WAL: the header alone, whose family word is the seq
     /// that the log's owner has absorbed through.
@@ -46,6 +50,7 @@ pub enum Family {
 }
 
 impl Family {
+    /// The family's code in the header.
     pub const fn code(self) -> u16 {
         match self {
             Family::Wal => 1,
@@ -55,6 +60,7 @@ impl Family {
         }
     }
 
+    /// The family a header code names, if any.
     pub const fn from_code(code: u16) -> Option<Self> {
         match code {
             1 => Some(Family::Wal),
@@ -65,6 +71,7 @@ impl Family {
         }
     }
 
+    /// The family's name in messages and `stele inspect`.
     pub const fn name(self) -> &'static str {
         match self {
             Family::Wal => "wal",
@@ -78,7 +85,9 @@ impl Family {
 /// A decoded, checksum-verified header.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct FileHeader {
+    /// Which log the file holds.
     pub family: Family,
+    /// The family's format version.
     pub version: u16,
     /// Family-specific: the first sequence number of a WAL (or WAL segment), the checkpointed
     /// seq of a WAL checkpoint.
@@ -89,21 +98,41 @@ pub struct FileHeader {
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum HeaderError {
+    /// The file ends before the header does.
     #[error("file is {len} bytes, shorter than the {HEADER_BYTES}-byte header")]
-    TooShort { len: u64 },
+    TooShort {
+        /// The file's length.
+        len: u64,
+    },
+    /// The first eight bytes are not [`MAGIC`].
     #[error("not a Stele file: bad magic")]
     BadMagic,
+    /// The header's checksum does not match its bytes.
     #[error("header checksum mismatch")]
     Checksum,
+    /// A valid header of another family.
     #[error("file holds family code {found}, expected {expected}")]
-    WrongFamily { found: u16, expected: u16 },
+    WrongFamily {
+        /// The code in the file.
+        found: u16,
+        /// The code the reader expected.
+        expected: u16,
+    },
+    /// A valid header of a version this build does not read.
     #[error("format version {found} is not supported (this build reads version {supported})")]
-    UnsupportedVersion { found: u16, supported: u16 },
+    UnsupportedVersion {
+        /// The version in the file.
+        found: u16,
+        /// The version this build reads and writes.
+        supported: u16,
+    },
+    /// Bytes reserved for later versions are set.
     #[error("reserved header bytes are not zero")]
     NonzeroReserved,
 }
 
 impl FileHeader {
+    /// The header's 32 bytes, checksum included.
     pub fn encode(&self) -> [u8; HEADER_BYTES] {
         let mut out = [0u8; HEADER_BYTES];
         out[MAGIC_OFFSET..FAMILY_OFFSET].copy_from_slice(&MAGIC);

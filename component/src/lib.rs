@@ -11,6 +11,8 @@
 //! The same crate builds natively (an rlib the host calls directly) and for `wasm32-wasip2`,
 //! where `guest` exports it as the `stele:log` component and its `Vfs` is the WIT `vfs` import.
 
+#![warn(missing_docs)]
+
 pub mod frame;
 pub mod header;
 pub mod journal;

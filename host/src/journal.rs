@@ -29,8 +29,10 @@ use crate::{Mode, SandboxError};
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum JournalError {
+    /// The engine's own error, the same in every mode.
     #[error(transparent)]
     Journal(#[from] stele::journal::JournalError),
+    /// What only a sandboxed journal can fail with (a trap, a limit).
     #[error(transparent)]
     Sandbox(#[from] SandboxError),
 }
@@ -70,6 +72,7 @@ impl Journal {
         })
     }
 
+    /// Where this journal's engine runs.
     pub fn mode(&self) -> Mode {
         self.mode
     }

@@ -18,6 +18,8 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
+#![warn(missing_docs)]
+
 mod convert;
 pub mod fs;
 mod io_thread;
@@ -54,8 +56,11 @@ pub enum Mode {
 }
 
 impl Mode {
+    /// Every mode, for running one check in each.
     pub const ALL: [Mode; 3] = [Mode::Native, Mode::Sandboxed, Mode::SandboxedPlain];
 
+    /// The mode's name in tables and on the command line: `native`, `sandboxed`,
+    /// `sandboxed-plain`.
     pub fn name(self) -> &'static str {
         match self {
             Mode::Native => "native",
@@ -86,7 +91,9 @@ pub enum SandboxError {
          {limit_bytes}; this instance is unusable"
     )]
     MemoryLimit {
+        /// The instance's limit.
         limit_bytes: usize,
+        /// The size the guest asked its memory to grow to.
         requested_bytes: usize,
     },
     /// The guest ran past [`runtime::SandboxLimits::busy_deadline`] without returning to the
@@ -95,5 +102,8 @@ pub enum SandboxError {
         "the Stele component ran past its busy deadline of {deadline:?} and was interrupted; \
          this instance is unusable"
     )]
-    Interrupted { deadline: std::time::Duration },
+    Interrupted {
+        /// The instance's busy deadline.
+        deadline: std::time::Duration,
+    },
 }

@@ -32,10 +32,13 @@ use crate::{Mode, SandboxError};
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum PushLogCallError {
+    /// The engine's own error, the same in every mode.
     #[error(transparent)]
     PushLog(#[from] PushLogError),
+    /// A batch or schema could not be encoded or decoded as Arrow IPC on the host's side.
     #[error("arrow: {0}")]
     Arrow(String),
+    /// What only a sandboxed push log can fail with (a trap, a limit).
     #[error(transparent)]
     Sandbox(#[from] SandboxError),
 }
@@ -139,6 +142,7 @@ impl PushLog {
         Ok(PushLog { schema, inner })
     }
 
+    /// The schema every batch of this log has.
     pub fn schema(&self) -> &SchemaRef {
         &self.schema
     }

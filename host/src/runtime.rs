@@ -278,6 +278,7 @@ impl Runtime {
         })
     }
 
+    /// The process-wide wasmtime engine the components run on.
     pub fn engine(&self) -> &Engine {
         &self.engine
     }

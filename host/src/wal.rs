@@ -39,14 +39,19 @@ use crate::{Mode, SandboxError};
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum WalError {
+    /// Creating or recovering the log failed.
     #[error(transparent)]
     Open(#[from] WalOpenError),
+    /// A commit or flush failed, or was refused.
     #[error(transparent)]
     Write(#[from] WalWriteError),
+    /// Retiring retained records was refused.
     #[error(transparent)]
     Retire(#[from] WalRetireError),
+    /// A checkpoint or truncation was refused or failed.
     #[error(transparent)]
     Retention(#[from] WalRetentionError),
+    /// What only a sandboxed log can fail with (a trap, a limit).
     #[error(transparent)]
     Sandbox(#[from] SandboxError),
 }
@@ -201,6 +206,7 @@ impl Wal {
         Ok(())
     }
 
+    /// Where this log's engine runs.
     pub fn mode(&self) -> Mode {
         match &*self.inner {
             Inner::Native(_) => Mode::Native,
@@ -430,6 +436,7 @@ impl AsyncWal {
         self.wal.clone()
     }
 
+    /// Where this log's engine runs.
     pub fn mode(&self) -> Mode {
         self.wal.mode()
     }

@@ -43,6 +43,7 @@ pub fn lock_path(path: &str) -> String {
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum JournalError {
+    /// The filesystem refused or failed an operation.
     #[error(transparent)]
     Vfs(#[from] VfsError),
     /// The header names another family, or a version this build does not write
@@ -51,33 +52,70 @@ pub enum JournalError {
     BadHeader(#[from] HeaderError),
     /// The frame at `offset` is damaged but a valid frame follows at `valid_frame_at`.
     #[error("journal corrupt at byte {offset} (a valid frame follows at byte {valid_frame_at})")]
-    Corrupt { offset: u64, valid_frame_at: u64 },
+    Corrupt {
+        /// Where the damaged frame starts.
+        offset: u64,
+        /// Where the next valid frame starts.
+        valid_frame_at: u64,
+    },
     /// A frame with a valid checksum does not hold a well-formed op.
     #[error("malformed journal op at byte {offset}: {why}")]
-    MalformedOp { offset: u64, why: String },
+    MalformedOp {
+        /// Where the frame starts.
+        offset: u64,
+        /// What is wrong with the op.
+        why: String,
+    },
     /// Another writer holds the journal.
     #[error("the journal is held by another writer (lock file {lock_path})")]
-    Locked { lock_path: String },
+    Locked {
+        /// The lock file the other writer holds.
+        lock_path: String,
+    },
     /// Bytes handed to `append` or `compact` are not whole op frames; nothing was written.
     #[error("refused to write: byte {offset} of the buffer is not a whole op frame: {why}")]
-    MalformedAppend { offset: u64, why: String },
+    MalformedAppend {
+        /// The offset in the caller's buffer.
+        offset: u64,
+        /// What is wrong there.
+        why: String,
+    },
     /// A multi-op append larger than one frame can hold; nothing was written.
     #[error("an append of {bytes} bytes exceeds the {max}-byte limit of one atomic append")]
-    AppendTooLarge { bytes: usize, max: usize },
+    AppendTooLarge {
+        /// The append's size.
+        bytes: usize,
+        /// [`APPEND_BYTES_MAX`].
+        max: usize,
+    },
     /// An append's write or sync failed. The file was cut back to its length before the call
     /// (`rolled_back`), or, if that failed too, the next append cuts it first.
     #[error("append failed ({cause}); rolled back: {rolled_back}")]
-    AppendFailed { cause: VfsError, rolled_back: bool },
+    AppendFailed {
+        /// The write or sync error.
+        cause: VfsError,
+        /// Whether the file was cut back to its length before the call.
+        rolled_back: bool,
+    },
     /// A compaction failed before its rename: the journal and the writer are unchanged.
     #[error("compaction failed before replacing the journal ({cause}); nothing changed")]
-    CompactFailed { cause: VfsError },
+    CompactFailed {
+        /// The error.
+        cause: VfsError,
+    },
     /// A compaction replaced the journal, but the directory sync that makes the replacement
     /// durable failed; the next append retries it before writing.
     #[error("compaction replaced the journal but the directory sync failed ({cause})")]
-    CompactNotDurable { cause: VfsError },
+    CompactNotDurable {
+        /// The directory sync's error.
+        cause: VfsError,
+    },
     /// The writer lost its file handle (a compaction could not reopen the journal after its
     /// rename, or a blocking operation panicked); every call fails until the journal is
     /// reopened.
     #[error("the journal writer has no file handle: {why}")]
-    NoHandle { why: String },
+    NoHandle {
+        /// How the handle was lost.
+        why: String,
+    },
 }

@@ -34,18 +34,31 @@ pub(crate) const TAG_BATCH: u8 = 4;
 /// One change to the session state.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub enum JournalOp {
-    Set { key: Vec<u8>, value: Vec<u8> },
-    Delete { key: Vec<u8> },
+    /// `key` now maps to `value`.
+    Set {
+        /// The key.
+        key: Vec<u8>,
+        /// Its new value.
+        value: Vec<u8>,
+    },
+    /// `key` no longer maps to anything.
+    Delete {
+        /// The key.
+        key: Vec<u8>,
+    },
+    /// No key maps to anything.
     Clear,
 }
 
 /// The state the ops fold into: keys in order.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct SessionState {
+    /// Every key and its value.
     pub entries: BTreeMap<Vec<u8>, Vec<u8>>,
 }
 
 impl SessionState {
+    /// Applies one op.
     pub fn apply(&mut self, op: &JournalOp) {
         match op {
             JournalOp::Set { key, value } => {
@@ -98,8 +111,19 @@ impl JournalOp {
 /// A [`JournalOp`] borrowed from a frame body: what validation needs, without allocating.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum JournalOpRef<'a> {
-    Set { key: &'a [u8], value: &'a [u8] },
-    Delete { key: &'a [u8] },
+    /// [`JournalOp::Set`].
+    Set {
+        /// The key.
+        key: &'a [u8],
+        /// Its new value.
+        value: &'a [u8],
+    },
+    /// [`JournalOp::Delete`].
+    Delete {
+        /// The key.
+        key: &'a [u8],
+    },
+    /// [`JournalOp::Clear`].
     Clear,
 }
 

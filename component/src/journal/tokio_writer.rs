@@ -15,8 +15,11 @@ use crate::vfs::Vfs;
 
 /// A journal whose calls block the calling thread until their I/O is done.
 pub trait BlockingJournal: Send + 'static {
+    /// What its calls fail with.
     type Error: std::fmt::Debug + Send + 'static;
+    /// Appends whole op frames and makes them durable ([`JournalFile::append`]).
     fn append(&mut self, frames: &[u8]) -> Result<(), Self::Error>;
+    /// Atomically replaces the journal with `snapshot` ([`JournalFile::compact`]).
     fn compact(&mut self, snapshot: &[u8]) -> Result<(), Self::Error>;
     /// Where the last whole op ends (the file's length).
     fn clean_end(&mut self) -> Result<u64, Self::Error>;

@@ -31,19 +31,27 @@ use super::{JOURNAL_VERSION, JournalError, lock_path};
 /// an async driver can let other work run meanwhile; the rest are rare (open, compaction) or
 /// cheap, and stay synchronous.
 pub trait JournalIo {
+    /// An open file.
     type File: VfsFile;
+    /// [`crate::vfs::Vfs::open`].
     fn open(&self, path: &str, mode: OpenMode) -> Result<Self::File, VfsError>;
+    /// [`crate::vfs::Vfs::rename`].
     fn rename(&self, from: &str, to: &str) -> Result<(), VfsError>;
+    /// [`crate::vfs::Vfs::remove`].
     fn remove(&self, path: &str) -> Result<(), VfsError>;
+    /// [`crate::vfs::Vfs::lock_exclusive`].
     fn lock_exclusive(&self, path: &str) -> Result<Box<dyn VfsLock>, VfsError>;
+    /// [`VfsFile::write_at`], as a future.
     fn write_at(
         &self,
         file: &Self::File,
         offset: u64,
         data: &[u8],
     ) -> impl Future<Output = Result<(), VfsError>>;
+    /// [`VfsFile::sync`], as a future.
     fn sync(&self, file: &Self::File, kind: SyncKind)
     -> impl Future<Output = Result<(), VfsError>>;
+    /// [`crate::vfs::Vfs::sync_dir`], as a future.
     fn sync_dir(&self, dir: &str) -> impl Future<Output = Result<(), VfsError>>;
 }
 

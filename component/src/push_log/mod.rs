@@ -50,33 +50,62 @@ pub const COMPACTED_FRAME_BYTES_TARGET: usize = frame::BODY_BYTES_MAX / 2;
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum PushLogError {
+    /// The filesystem refused or failed an operation.
     #[error(transparent)]
     Vfs(#[from] VfsError),
+    /// The header is damaged, or of another family or version.
     #[error("bad push-log header: {0}")]
     BadHeader(#[from] HeaderError),
     /// The batch's schema is not the log's; nothing was written.
     #[error("batch schema does not match the log's schema: {found}")]
-    SchemaMismatch { found: String },
+    SchemaMismatch {
+        /// The batch's schema.
+        found: String,
+    },
     /// The pushed batch does not fit in one frame; nothing was written.
     #[error("a push of {bytes} IPC bytes exceeds the {max}-byte frame limit")]
-    PushTooLarge { bytes: usize, max: usize },
+    PushTooLarge {
+        /// The push's size as Arrow IPC.
+        bytes: usize,
+        /// [`crate::frame::BODY_BYTES_MAX`].
+        max: usize,
+    },
     /// The frame at `offset` is damaged and a valid frame follows: refused, never dropped.
     #[error("push log corrupt at byte {offset} (a valid frame follows at byte {valid_frame_at})")]
-    Corrupt { offset: u64, valid_frame_at: u64 },
+    Corrupt {
+        /// Where the damaged frame starts.
+        offset: u64,
+        /// Where the next valid frame starts.
+        valid_frame_at: u64,
+    },
     /// A frame with a valid checksum does not hold one batch of the log's schema.
     #[error("malformed push-log frame at byte {offset}: {why}")]
-    MalformedFrame { offset: u64, why: String },
+    MalformedFrame {
+        /// Where the frame starts.
+        offset: u64,
+        /// Why its bytes are not one batch of the schema.
+        why: String,
+    },
     /// Another writer holds the log.
     #[error("the push log is held by another writer (lock file {lock_path})")]
-    Locked { lock_path: String },
+    Locked {
+        /// The lock file the other writer holds.
+        lock_path: String,
+    },
     /// A write or sync of `append` failed; the file was cut back to its length before the call
     /// (`rolled_back`), or, if that failed too, the next append cuts it first.
     #[error("append failed ({cause}); rolled back: {rolled_back}")]
-    AppendFailed { cause: VfsError, rolled_back: bool },
+    AppendFailed {
+        /// The write or sync error.
+        cause: VfsError,
+        /// Whether the file was cut back to its length before the call.
+        rolled_back: bool,
+    },
     /// The bytes given to [`PushLog::append_ipc`] are not one Arrow IPC batch; nothing was
     /// written.
     #[error("the pushed bytes are not one Arrow IPC batch: {0}")]
     BadPush(String),
+    /// Arrow could not encode or decode a batch or schema.
     #[error("arrow: {0}")]
     Arrow(#[from] arrow_schema::ArrowError),
 }
@@ -100,17 +129,24 @@ pub enum Finish {
 /// least `bytes` bytes (either bound that is set).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct CompactionPolicy {
+    /// Compact once the log holds at least this many frames.
     pub frames: Option<usize>,
+    /// Compact once the log holds at least this many bytes.
     pub bytes: Option<u64>,
 }
 
 /// What a compaction did.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct CompactionReport {
+    /// Frames before.
     pub frames_before: usize,
+    /// Frames after (those of the staged file, if it stopped before the rename).
     pub frames_after: usize,
+    /// Rows, the same before and after.
     pub rows: usize,
+    /// The log's bytes before.
     pub bytes_before: u64,
+    /// The compacted log's bytes.
     pub bytes_after: u64,
     /// Where it stopped ([`Finish::Swap`] for a whole compaction).
     pub finished: Finish,
@@ -165,10 +201,12 @@ impl PushLog {
         }
     }
 
+    /// The log's path in its [`Vfs`].
     pub fn path(&self) -> &str {
         &self.path
     }
 
+    /// The schema every batch of this log has.
     pub fn schema(&self) -> &SchemaRef {
         &self.schema
     }

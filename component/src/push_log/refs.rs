@@ -27,8 +27,11 @@ pub fn schema() -> SchemaRef {
 /// One live ref.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct RefEntry {
+    /// What the ref points at.
     pub target: String,
+    /// The push that wrote it last.
     pub push_seq: u64,
+    /// When that push says it was written, in milliseconds.
     pub updated_ms: i64,
 }
 

@@ -14,6 +14,7 @@ use super::{PushLogError, ipc};
 pub struct ScannedFrame {
     /// The byte offset the frame starts at (what `append` returned for it).
     pub offset: u64,
+    /// The frame's rows.
     pub batch: RecordBatch,
 }
 
@@ -24,10 +25,20 @@ pub enum PushLogEnd {
     Clean,
     /// Frames are whole up to `valid_end`; the rest is a push that never completed. The next
     /// append cuts it.
-    TornTail { valid_end: u64, file_len: u64 },
+    TornTail {
+        /// Where the whole frames end.
+        valid_end: u64,
+        /// The file's length.
+        file_len: u64,
+    },
     /// The frame at `offset` is damaged and a valid frame follows: acknowledged pushes may be
     /// behind it, so it is reported, never dropped.
-    Corrupt { offset: u64, valid_frame_at: u64 },
+    Corrupt {
+        /// Where the damaged frame starts.
+        offset: u64,
+        /// Where the next valid frame starts.
+        valid_frame_at: u64,
+    },
 }
 
 /// The frames of a push log, in order, as an iterator of `Result<ScannedFrame>`; after the last,

@@ -15,7 +15,9 @@ pub const SECTION_PREFIX: &str = "stele.push-log.";
 /// A sealed push log: a name and an Arrow IPC file.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ReservedSection {
+    /// The custom section's name: [`SECTION_PREFIX`] and the module name.
     pub name: String,
+    /// An Arrow IPC file with one batch per push, in push order.
     pub payload: Vec<u8>,
 }
 

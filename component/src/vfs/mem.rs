@@ -31,6 +31,7 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 impl MemVfs {
+    /// An empty filesystem.
     pub fn new() -> Self {
         Self::default()
     }

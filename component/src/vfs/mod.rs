@@ -44,24 +44,33 @@ pub enum OpenMode {
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum VfsError {
+    /// The path names nothing.
     #[error("not found")]
     NotFound,
+    /// `CreateNew` found the file there, or a directory is where a file must go.
     #[error("already exists")]
     AlreadyExists,
+    /// ENOSPC: the device (or quota) is full.
     #[error("no space left on device")]
     NoSpace,
+    /// The path is refused: it would leave the root (absolute, `..`, a symlink out), holds
+    /// NUL, or is too long. Carries the path and why.
     #[error("invalid path: {0}")]
     InvalidPath(String),
+    /// The operating system refused the operation.
     #[error("permission denied")]
     PermissionDenied,
+    /// A sandboxed instance holds as many files as its limit allows.
     #[error("too many open files for this instance")]
     TooManyHandles,
+    /// An argument the backend cannot act on (an offset past its range, say).
     #[error("invalid input: {0}")]
     InvalidInput(String),
     /// [`Vfs::lock_exclusive`] found the lock held by another holder (in this process or,
     /// on a real filesystem, in another).
     #[error("{0} is locked by another writer")]
     Locked(String),
+    /// Any other failure, with the operating system's message.
     #[error("I/O error: {0}")]
     Io(String),
 }
@@ -137,16 +146,19 @@ impl<F: VfsFile + ?Sized> VfsFile for Box<F> {
 
 /// A namespace of files under one root.
 pub trait Vfs: Send + Sync + fmt::Debug {
+    /// Opens the file at `path` for reading and writing, as `mode` says.
     fn open(&self, path: &str, mode: OpenMode) -> Result<Box<dyn VfsFile>, VfsError>;
     /// Atomically replaces `to` with `from`. Durable only after [`Vfs::sync_dir`] of the parent.
     fn rename(&self, from: &str, to: &str) -> Result<(), VfsError>;
     /// Makes creates, renames and removes in directory `dir` durable. `""` is the root.
     fn sync_dir(&self, dir: &str) -> Result<(), VfsError>;
+    /// Deletes the file at `path`. Durable only after [`Vfs::sync_dir`] of the parent.
     fn remove(&self, path: &str) -> Result<(), VfsError>;
     /// Creates directory `dir` if it is missing (its parent must exist). Durable only after
     /// [`Vfs::sync_dir`] of the parent. In-memory backends, whose namespace is flat, accept it
     /// and change nothing.
     fn create_dir(&self, dir: &str) -> Result<(), VfsError>;
+    /// Whether anything is at `path`.
     fn exists(&self, path: &str) -> Result<bool, VfsError>;
     /// Entry names in directory `dir`, sorted.
     fn list(&self, dir: &str) -> Result<Vec<String>, VfsError>;

@@ -13,22 +13,32 @@ pub enum WalWriteError {
     /// visible, but none of them is reported durable, and the writer is now poisoned. Whether
     /// any of their bytes reached the disk is unknown: reopen the log to find out.
     #[error("WAL write or sync failed; the writer is poisoned: {cause}")]
-    Failed { cause: VfsError },
+    Failed {
+        /// The write or sync error.
+        cause: VfsError,
+    },
     /// An earlier write or sync failed; this writer accepts nothing more. Reopen the log.
     #[error("WAL writer is poisoned by an earlier failure: {cause}")]
-    Poisoned { cause: VfsError },
+    Poisoned {
+        /// The error that poisoned the writer.
+        cause: VfsError,
+    },
     /// One call's records encode to more than one group may hold. Nothing was staged.
     #[error(
         "batch encodes to {encoded_bytes} bytes, more than the group bound of {max_group_bytes}"
     )]
     GroupTooLarge {
+        /// The batch's size, encoded.
         encoded_bytes: usize,
+        /// The writer's group bound.
         max_group_bytes: usize,
     },
     /// One payload exceeds the format's bound. Nothing was staged.
     #[error("payload of {payload_bytes} bytes exceeds the limit of {payload_bytes_max}")]
     PayloadTooLarge {
+        /// The payload's size.
         payload_bytes: usize,
+        /// [`super::record::PAYLOAD_BYTES_MAX`].
         payload_bytes_max: usize,
     },
     /// Retaining this batch for `visible_records` would exceed the retention bound; retire
@@ -38,8 +48,11 @@ pub enum WalWriteError {
          {retained_bytes_max} ({retained_bytes} retained); retire absorbed records"
     )]
     RetentionFull {
+        /// The batch's size, encoded.
         batch_bytes: usize,
+        /// Bytes retained now.
         retained_bytes: usize,
+        /// The writer's retention bound.
         retained_bytes_max: usize,
     },
 }
@@ -51,7 +64,9 @@ pub enum WalRetireError {
     /// Only durable records can be retired; the request is never clamped.
     #[error("cannot retire through {requested:?}: durable end is {durable_end:?}")]
     BeyondDurable {
+        /// The seq the caller asked to retire through.
         requested: LogSeq,
+        /// The first seq not yet durable.
         durable_end: LogSeq,
     },
 }
@@ -60,25 +75,41 @@ pub enum WalRetireError {
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum WalOpenError {
+    /// The filesystem refused or failed an operation.
     #[error(transparent)]
     Vfs(#[from] VfsError),
     /// `create` found a file that already holds bytes; use `open` to recover it.
     #[error("log already holds {len} bytes; open it instead of creating it")]
-    NotEmpty { len: u64 },
+    NotEmpty {
+        /// The file's length.
+        len: u64,
+    },
+    /// The header is damaged, or of another family or version.
     #[error("bad WAL header: {0}")]
     BadHeader(#[from] HeaderError),
     /// The record at `offset` is damaged but a valid record follows at `valid_record_at`, so
     /// this is not an unfinished write and dropping it could lose acknowledged records.
     #[error("WAL corrupt at byte {offset} (a valid record follows at byte {valid_record_at})")]
-    Corrupt { offset: u64, valid_record_at: u64 },
+    Corrupt {
+        /// Where the damaged record starts.
+        offset: u64,
+        /// Where the next valid record starts.
+        valid_record_at: u64,
+    },
     /// A frame with a valid checksum is too short to be a record.
     #[error("malformed WAL record at byte {offset}")]
-    MalformedRecord { offset: u64 },
+    MalformedRecord {
+        /// Where the frame starts.
+        offset: u64,
+    },
     /// A valid record carries the wrong sequence number.
     #[error("WAL sequence gap at byte {offset}: expected seq {expected}, found {found}")]
     SeqGap {
+        /// Where the record starts.
         offset: u64,
+        /// The seq that should be there.
         expected: u64,
+        /// The seq that is.
         found: u64,
     },
     /// Segment `segment` does not start where the one before it ends: a segment in the middle
@@ -88,8 +119,11 @@ pub enum WalOpenError {
          seq {expected}: a segment is missing or damaged"
     )]
     SegmentGap {
+        /// The segment's file name.
         segment: String,
+        /// The seq the segment before it ends at.
         expected: u64,
+        /// The seq this segment starts at.
         found: u64,
     },
     /// The first surviving segment starts after the checkpoint's next seq, so records the
@@ -98,13 +132,21 @@ pub enum WalOpenError {
         "the first WAL segment starts at seq {first_seq}, but the checkpoint covers only \
          through seq {checkpoint}: the records in between are missing"
     )]
-    CheckpointGap { checkpoint: u64, first_seq: u64 },
+    CheckpointGap {
+        /// The last seq the checkpoint covers.
+        checkpoint: u64,
+        /// The first surviving segment's first seq.
+        first_seq: u64,
+    },
     /// A segment's header names another first seq than its file name.
     #[error("WAL segment {segment} holds a header for first seq {header_first_seq}")]
     SegmentMisnamed {
+        /// The segment's file name.
         segment: String,
+        /// The first seq its header holds.
         header_first_seq: u64,
     },
+    /// The checkpoint file is there but is not one valid checkpoint header.
     #[error("bad WAL checkpoint file: {0}")]
     BadCheckpoint(HeaderError),
     /// A single-file constructor was given options that ask for segments. Refused rather than
@@ -113,11 +155,16 @@ pub enum WalOpenError {
         "the options ask for segments of {segment_bytes} bytes, but this call opens a single-file \
          log; use WalWriter::open_segmented or create_segmented"
     )]
-    SegmentOptionsForSingleFile { segment_bytes: u64 },
+    SegmentOptionsForSingleFile {
+        /// The segment size the options asked for.
+        segment_bytes: u64,
+    },
     /// The configured segment size cannot hold a header and a few records.
     #[error("segment size {segment_bytes} is below the minimum of {segment_bytes_min} bytes")]
     SegmentTooSmall {
+        /// The configured size.
         segment_bytes: u64,
+        /// [`super::segment::SEGMENT_BYTES_MIN`].
         segment_bytes_min: u64,
     },
     /// A segmented open found a single-file log (the foundation's format) at its path.
@@ -125,7 +172,10 @@ pub enum WalOpenError {
         "{path} is a single-file WAL, not a segment directory; convert it with \
          `stele wal convert {path} DIR`"
     )]
-    SingleFileLog { path: String },
+    SingleFileLog {
+        /// The path that holds the single-file log.
+        path: String,
+    },
 }
 
 /// Why `checkpoint` or `truncate_through` refused or failed.
@@ -135,19 +185,28 @@ pub enum WalRetentionError {
     /// Only durable records can be checkpointed; the request is never clamped.
     #[error("cannot checkpoint through seq {requested}: the durable end is seq {durable_end}")]
     BeyondDurable {
+        /// The seq the caller asked to checkpoint through.
         requested: LogSeq,
+        /// The first seq not yet durable.
         durable_end: LogSeq,
     },
     /// A checkpoint never moves backwards.
     #[error("cannot checkpoint through seq {requested}: the checkpoint is already at {current}")]
-    Regressed { requested: LogSeq, current: LogSeq },
+    Regressed {
+        /// The seq the caller asked for.
+        requested: LogSeq,
+        /// The checkpoint now.
+        current: LogSeq,
+    },
     /// Truncation deletes only what a durable checkpoint covers.
     #[error(
         "cannot truncate through seq {requested}: the checkpoint is {checkpoint:?} \
          (truncate only through a checkpointed seq)"
     )]
     BeyondCheckpoint {
+        /// The seq the caller asked to truncate through.
         requested: LogSeq,
+        /// The checkpoint now, if any.
         checkpoint: Option<LogSeq>,
     },
     /// Checkpoints and truncation need a segmented log.

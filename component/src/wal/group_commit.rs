@@ -46,8 +46,11 @@ pub const GROUP_HISTOGRAM_BUCKETS: usize = 18;
 /// A committed record kept in memory until retired. Clones share the encoded allocation.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct VisibleRecord {
+    /// The record's seq.
     pub seq: LogSeq,
+    /// The caller's op code.
     pub op: u16,
+    /// The payload.
     pub payload: Bytes,
 }
 
@@ -131,12 +134,19 @@ pub const ZERO_FILL_LOW_WATER_BYTES: u64 = ZERO_FILL_CHUNK_BYTES / 2;
 #[derive(Debug)]
 #[must_use = "a polled group must be written and reported with handle_group_done"]
 pub struct Group {
+    /// Where in the file (the current segment) the group's bytes go.
     pub offset: u64,
+    /// The seqs it holds.
     pub seqs: Range<LogSeq>,
+    /// How many records.
     pub records: u64,
+    /// Its encoded size.
     pub bytes: usize,
+    /// The encoded records, in seq order, to write back to back at `offset`.
     pub chunks: Vec<Bytes>,
+    /// The sync that must follow the write, per the policy (`None` under `Skip`).
     pub sync: Option<SyncKind>,
+    /// The group opens a new segment: the driver rotates before writing it.
     pub starts_segment: bool,
     /// Bytes after the group, still unwritten in this segment, that the driver overwrites with
     /// zeros before the sync (see [`ZERO_FILL_CHUNK_BYTES`]). They are zeros already (the
@@ -169,8 +179,11 @@ pub enum LeaderStep {
 /// Where a durable waiter stands.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum WaitState {
+    /// The waited-for records are durable.
     Durable,
+    /// A write or sync failed first; the writer is poisoned.
     Failed(VfsError),
+    /// Not yet: keep waiting.
     Pending,
 }
 
@@ -235,14 +248,17 @@ impl GroupCommit {
         }
     }
 
+    /// The first seq not yet durable.
     pub fn durable_end(&self) -> LogSeq {
         self.durable_end
     }
 
+    /// The seq the next committed record gets.
     pub fn visible_end(&self) -> LogSeq {
         self.visible_end
     }
 
+    /// The error that poisoned the writer, if one did.
     pub fn failure(&self) -> Option<&VfsError> {
         self.failure.as_ref()
     }
@@ -252,6 +268,7 @@ impl GroupCommit {
         self.pending_records
     }
 
+    /// The group bound in effect.
     pub fn max_group_bytes(&self) -> usize {
         self.max_group_bytes
     }
@@ -574,6 +591,7 @@ impl GroupCommit {
         Ok(released)
     }
 
+    /// A snapshot of the counters.
     pub fn stats(&self) -> WalWriterStats {
         WalWriterStats {
             durable_end: self.durable_end,

@@ -71,6 +71,7 @@ const _: () = assert!(
 pub struct LogSeq(pub u64);
 
 impl LogSeq {
+    /// The seq after this one.
     pub const fn next(self) -> LogSeq {
         LogSeq(self.0 + 1)
     }
@@ -119,6 +120,7 @@ impl DurabilityPolicy {
 /// [`WalOptions::single_file`] the original one-file format.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct WalOptions {
+    /// What each group's write is followed by, and so what a durable commit promises.
     pub policy: DurabilityPolicy,
     /// The first seq of a new log. Ignored when an existing log is recovered: its header says.
     pub first_seq: LogSeq,
@@ -135,6 +137,9 @@ pub struct WalOptions {
 }
 
 impl WalOptions {
+    /// The defaults under `policy`: a segmented log of [`segment::SEGMENT_BYTES_DEFAULT`]
+    /// segments, the policy's group bound, [`RETAINED_BYTES_MAX_DEFAULT`] of retention, seqs
+    /// from 0.
     pub const fn new(policy: DurabilityPolicy) -> Self {
         WalOptions {
             policy,

@@ -47,8 +47,11 @@ pub fn encode_into(out: &mut Vec<u8>, seq: LogSeq, op: u16, payload: &[u8]) {
 /// A record decoded from a frame body, borrowing its payload.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct RecordRef<'a> {
+    /// The record's seq.
     pub seq: LogSeq,
+    /// The caller's op code.
     pub op: u16,
+    /// The payload.
     pub payload: &'a [u8],
 }
 

@@ -40,6 +40,7 @@ pub struct Recovery {
     /// The end of the last non-zero byte after `valid_end`, or `valid_end` when every byte
     /// after it is zero: what a writer of a preallocated segment must clear before appending.
     pub dirty_end: u64,
+    /// How the valid prefix ended.
     pub end: RecoveryEnd,
 }
 

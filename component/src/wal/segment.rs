@@ -2,7 +2,7 @@
 //!
 //! What it owns: segment naming, listing a segment directory, recovery across segments, the
 //! checkpoint file, and the rule for which segments [`super::WalWriter::truncate_through`] may
-//! delete. The writer (rotation, preallocation) lives in [`super::writer`].
+//! delete. The writer (rotation, preallocation) lives in `writer.rs` ([`super::WalWriter`]).
 //!
 //! ```text
 //! <dir>/00000000000000000000.wal   a segment whose first record is seq 0
@@ -149,7 +149,10 @@ pub enum SegmentEnd {
     Clean,
     /// Whole records, then non-zero bytes up to `dirty_end` that hold no valid record: an
     /// unfinished group write. A writer zeroes them before appending.
-    TornTail { dirty_end: u64 },
+    TornTail {
+        /// Where the last non-zero byte ends.
+        dirty_end: u64,
+    },
     /// The header is still zero, or shorter than a header: a rotation that crashed before its
     /// syncs returned. It holds nothing acknowledged. Only the last segment may be unfinished.
     Unfinished,
@@ -158,14 +161,17 @@ pub enum SegmentEnd {
 /// What recovery found in one segment.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct SegmentSummary {
+    /// The seq its name and header give.
     pub first_seq: LogSeq,
     /// The seq after its last valid record.
     pub next_seq: LogSeq,
+    /// Its valid records.
     pub records: u64,
     /// The byte after its last valid record.
     pub valid_end: u64,
     /// Its length: the segment size, for a preallocated segment.
     pub file_len: u64,
+    /// How its valid prefix ended.
     pub end: SegmentEnd,
 }
 
@@ -178,6 +184,7 @@ pub struct SegmentedRecovery {
     pub recovery: Recovery,
     /// Every segment file, in seq order, the unfinished one included.
     pub segments: Vec<SegmentSummary>,
+    /// The checkpoint file's seq, if there is one.
     pub checkpoint: Option<LogSeq>,
 }
 
@@ -426,6 +433,7 @@ pub struct WalTruncation {
 pub struct SegmentRetention {
     /// First seqs of the live segments, in order; the one being appended to is last.
     pub live: Vec<LogSeq>,
+    /// The durable checkpoint, if any.
     pub checkpoint: Option<LogSeq>,
 }
 

@@ -101,7 +101,9 @@ pub fn setup_log(
 /// What [`setup_segments`] hands a driver of a segmented log.
 #[derive(Debug)]
 pub struct SegmentedSetup {
+    /// The group-commit core, continuing after the last recovered record.
     pub core: GroupCommit,
+    /// What recovery found.
     pub recovery: SegmentedRecovery,
     /// The segment that groups are appended to.
     pub current: Box<dyn VfsFile>,

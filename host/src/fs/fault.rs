@@ -36,12 +36,19 @@ pub const SECTOR_BYTES: u64 = 512;
 /// Which operation a [`FaultRule`] or a [`TraceEntry`] is about.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum OpKind {
+    /// [`Vfs::open`], any mode.
     Open,
+    /// [`VfsFile::write_at`].
     Write,
+    /// [`VfsFile::set_len`].
     SetLen,
+    /// [`VfsFile::sync`], any kind.
     Sync,
+    /// [`Vfs::rename`].
     Rename,
+    /// [`Vfs::sync_dir`].
     SyncDir,
+    /// [`Vfs::remove`].
     Remove,
 }
 
@@ -53,23 +60,33 @@ pub enum InjectedError {
     /// ENOSPC.
     NoSpace,
     /// Only the first `landed_bytes` of the write land, then the write fails with EIO.
-    ShortWrite { landed_bytes: u64 },
+    ShortWrite {
+        /// Bytes of the write that reach the file before the error.
+        landed_bytes: u64,
+    },
 }
 
 /// Makes the `nth` (1-based) operation of `op` kind fail.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct FaultRule {
+    /// The kind of operation that fails.
     pub op: OpKind,
+    /// Which one, counting operations of that kind from the filesystem's creation, from 1.
     pub nth: u64,
+    /// How it fails.
     pub error: InjectedError,
 }
 
 /// One traced operation.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct TraceEntry {
+    /// The operation.
     pub kind: OpKind,
+    /// The file (or, for directory operations, the directory) it acted on.
     pub path: String,
+    /// The byte offset, for writes; 0 otherwise.
     pub offset: u64,
+    /// Bytes written, or the new length for `SetLen`; 0 otherwise.
     pub len: u64,
     /// Whether the operation failed (injected fault or ordinary error).
     pub failed: bool,
@@ -80,10 +97,18 @@ pub struct TraceEntry {
 pub enum CrashPlan {
     /// The first `ops` volatile operations survive, whole. `0` keeps none; the list's length
     /// keeps all.
-    KeepPrefix { ops: usize },
+    KeepPrefix {
+        /// How many of the volatile operations, in issue order, survive.
+        ops: usize,
+    },
     /// The first `ops` survive whole, and of the next one, which is a write, only its first
     /// `sectors` sectors (`1 <= sectors < ` the sectors it covers).
-    KeepPrefixTorn { ops: usize, sectors: u64 },
+    KeepPrefixTorn {
+        /// How many volatile operations survive whole.
+        ops: usize,
+        /// How many leading sectors of the next write survive.
+        sectors: u64,
+    },
 }
 
 #[derive(Clone, Debug)]
@@ -390,6 +415,7 @@ pub struct FaultFs {
 }
 
 impl FaultFs {
+    /// An empty filesystem: no files, no faults, nothing volatile.
     pub fn new() -> FaultFs {
         FaultFs::default()
     }
@@ -408,6 +434,7 @@ impl FaultFs {
         self.lock().counts.get(&kind).copied().unwrap_or(0)
     }
 
+    /// Every operation issued so far, in order, and whether it failed.
     pub fn trace(&self) -> Vec<TraceEntry> {
         self.lock().trace.clone()
     }
