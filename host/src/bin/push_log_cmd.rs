@@ -42,6 +42,10 @@ pub(crate) enum PushLogCommand {
         path: PathBuf,
         #[arg(long, value_enum, default_value = "native")]
         mode: ModeArg,
+        /// JSON lines: one object per frame (offset and its rows, as arrow-json writes them),
+        /// then one for how the log ends.
+        #[arg(long)]
+        json: bool,
     },
     /// Fold every frame into one, atomically (staged at `PATH.compacting`, fsynced, renamed
     /// over, directory fsynced). Takes the writer's lock.
@@ -80,7 +84,12 @@ pub(crate) fn push_log_command(command: PushLogCommand) -> Result<()> {
             rows_per_push,
             mode,
         } => append(&log, &input, format, refs, rows_per_push, mode.into()),
-        PushLogCommand::Scan { path, mode } => {
+        PushLogCommand::Scan {
+            path,
+            mode,
+            json: true,
+        } => scan_json(&path, mode.into()),
+        PushLogCommand::Scan { path, mode, .. } => {
             let log = open_push_log(&path, mode.into())?;
             let shown = path.display();
             let refs_schema = log.schema().fields() == stele::push_log::refs::schema().fields();
@@ -326,4 +335,41 @@ fn parse_rows(
         Some(_) => batches,
         None => vec![arrow_select::concat::concat_batches(schema, &batches)?],
     })
+}
+
+/// `stele push-log scan --json`.
+fn scan_json(path: &std::path::Path, mode: Mode) -> Result<()> {
+    use std::io::Write;
+    let log = open_push_log(path, mode)?;
+    let shown = path.display();
+    let mut scan = log.scan().with_context(|| format!("{shown}"))?;
+    let mut out = std::io::stdout().lock();
+    let mut frames = 0usize;
+    for frame in scan.by_ref() {
+        let frame = frame.with_context(|| format!("{shown}"))?;
+        let mut rows = arrow_json::ArrayWriter::new(Vec::new());
+        rows.write(&frame.batch)?;
+        rows.finish()?;
+        let rows = rows.into_inner();
+        // arrow-json writes nothing at all for a batch without rows.
+        let rows = if rows.is_empty() {
+            b"[]".to_vec()
+        } else {
+            rows
+        };
+        writeln!(
+            out,
+            "{{\"offset\":{},\"rows\":{}}}",
+            frame.offset,
+            String::from_utf8_lossy(&rows)
+        )?;
+        frames += 1;
+    }
+    let end = scan.end();
+    writeln!(
+        out,
+        "{}",
+        serde_json::json!({"frames": frames, "end": format!("{end:?}")})
+    )?;
+    Ok(())
 }

@@ -15,6 +15,7 @@ use stele_host::{Journal, Mode, Wal, read_wal, replay_journal};
 mod bench;
 mod inspect_cmd;
 mod push_log_cmd;
+mod wal_cli_cmd;
 mod wal_segments_cmd;
 
 use push_log_cmd::{PushLogCommand, push_log_command};
@@ -166,6 +167,41 @@ enum WalCommand {
         /// Run the reader inside the component instead of natively.
         #[arg(long)]
         sandboxed: bool,
+        /// JSON lines: one object per record (seq, op, len, text when UTF-8, hex), then one
+        /// for how the log ended.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Append records durably: each PAYLOAD argument is one record; with none, each line of
+    /// stdin is one (committed in batches of up to 1,024, one fsync each). Prints the seqs once
+    /// they are durable. A missing log is created: a segment directory, or with --single-file
+    /// one file; an existing file is appended to as a single-file log.
+    Append {
+        /// The WAL file or segment directory.
+        path: PathBuf,
+        /// The records' payloads (default: stdin, one record per line).
+        payloads: Vec<String>,
+        /// The op code the records carry.
+        #[arg(long, default_value_t = 1)]
+        op: u16,
+        /// Create a single-file log rather than a segment directory.
+        #[arg(long)]
+        single_file: bool,
+    },
+    /// Print the last records of a WAL; with -f, keep printing records as they are appended
+    /// (by another process), once each is whole and checksummed, until interrupted.
+    Tail {
+        /// The WAL file or segment directory.
+        path: PathBuf,
+        /// How many of the last records to print first.
+        #[arg(short = 'n', long, default_value_t = 10)]
+        lines: usize,
+        /// Follow: poll for new records every 200 ms.
+        #[arg(short = 'f', long)]
+        follow: bool,
+        /// One JSON object per record.
+        #[arg(long)]
+        json: bool,
     },
     /// List the segments of a segmented WAL: each file's seq range, the bytes its records use,
     /// its preallocated size and its state (clean; torn tail; unfinished rotation), whether the
@@ -220,12 +256,18 @@ enum JournalCommand {
     Dump {
         /// The journal file.
         path: PathBuf,
+        /// JSON lines: one object per op, then the state, then how the journal ends.
+        #[arg(long)]
+        json: bool,
     },
     /// Check a journal without changing it. Exit status: 0 clean, 1 torn tail (an append
     /// that a crash cut short; the writer cuts it on open), 2 corrupt or unreadable.
     Verify {
         /// The journal file.
         path: PathBuf,
+        /// One JSON object, as `stele verify --json` prints it.
+        #[arg(long)]
+        json: bool,
     },
     /// Set KEY to VALUE durably: opens the journal as its writer (taking `PATH.lock`; fails
     /// if another writer holds it), appends one op and fsyncs.
@@ -260,7 +302,33 @@ fn main() -> ExitCode {
         Command::Inspect { path, json } => return exit(inspect_cmd::inspect(&path, json)),
         Command::Verify { path, json } => return exit(inspect_cmd::verify(&path, json)),
         Command::Demo(args) => demo(args),
-        Command::Wal(WalCommand::Dump { path, sandboxed }) => wal_dump(&path, sandboxed),
+        Command::Wal(WalCommand::Dump {
+            path,
+            sandboxed,
+            json: true,
+        }) => wal_cli_cmd::dump_json(
+            &path,
+            if sandboxed {
+                Mode::Sandboxed
+            } else {
+                Mode::Native
+            },
+        ),
+        Command::Wal(WalCommand::Dump {
+            path, sandboxed, ..
+        }) => wal_dump(&path, sandboxed),
+        Command::Wal(WalCommand::Append {
+            path,
+            payloads,
+            op,
+            single_file,
+        }) => wal_cli_cmd::append(&path, op, single_file, &payloads),
+        Command::Wal(WalCommand::Tail {
+            path,
+            lines,
+            follow,
+            json,
+        }) => wal_cli_cmd::tail(&path, lines, follow, json),
         Command::Wal(WalCommand::Segments { dir, json }) => wal_segments_cmd::segments(&dir, json),
         Command::Wal(WalCommand::Convert {
             from,
@@ -330,8 +398,11 @@ fn main() -> ExitCode {
 
 fn journal_command(command: JournalCommand) -> ExitCode {
     let outcome = match command {
-        JournalCommand::Dump { path } => journal_dump(&path).map(|()| ExitCode::SUCCESS),
-        JournalCommand::Verify { path } => Ok(journal_verify(&path)),
+        JournalCommand::Dump { path, json } => {
+            journal_dump(&path, json).map(|()| ExitCode::SUCCESS)
+        }
+        JournalCommand::Verify { path, json: true } => inspect_cmd::verify(&path, true),
+        JournalCommand::Verify { path, .. } => Ok(journal_verify(&path)),
         JournalCommand::Set {
             path,
             key,
@@ -374,10 +445,39 @@ fn open_read_only(path: &std::path::Path) -> Result<Box<dyn stele::vfs::VfsFile>
         .with_context(|| format!("{}", path.display()))
 }
 
-fn journal_dump(path: &std::path::Path) -> Result<()> {
+fn journal_dump(path: &std::path::Path, json: bool) -> Result<()> {
     let file = open_read_only(path)?;
     let (ops, recovery) =
         stele::journal::replay_file(&*file).with_context(|| format!("{}", path.display()))?;
+    if json {
+        let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
+        for op in &ops {
+            let line = match op {
+                JournalOp::Set { key, value } => {
+                    serde_json::json!({"op": "set", "key": text(key), "value": text(value)})
+                }
+                JournalOp::Delete { key } => serde_json::json!({"op": "delete", "key": text(key)}),
+                JournalOp::Clear => serde_json::json!({"op": "clear"}),
+            };
+            println!("{line}");
+        }
+        let state: serde_json::Map<String, serde_json::Value> = SessionState::fold(&ops)
+            .entries
+            .iter()
+            .map(|(k, v)| (text(k), text(v).into()))
+            .collect();
+        println!("{}", serde_json::json!({ "state": state }));
+        println!(
+            "{}",
+            serde_json::json!({
+                "ops": recovery.ops,
+                "valid_end": recovery.valid_end,
+                "file_len": recovery.file_len,
+                "torn_tail": recovery.torn_tail,
+            })
+        );
+        return Ok(());
+    }
     for op in &ops {
         match op {
             JournalOp::Set { key, value } => println!(
