@@ -3,23 +3,18 @@
 //! (natively, read-only) and described: family, version, header word, records (ops, frames),
 //! byte ranges and how the valid prefix ends. `verify` turns that ending into its exit status.
 
-use std::io::IsTerminal;
 use std::path::Path;
 use std::process::ExitCode;
 use std::sync::Arc;
 
 use anyhow::{Context, Result};
-use indicatif::{ProgressBar, ProgressStyle};
 use stele::header::{Family, FileHeader, HEADER_BYTES};
-use stele::vfs::{OpenMode, SyncKind, Vfs, VfsError, VfsFile, VfsLock};
+use stele::vfs::{OpenMode, Vfs, VfsFile};
 use stele::wal::segment::SegmentEnd;
 use stele::wal::{LogSeq, RecoveryEnd, WalOpenError, WalReader};
 
+use crate::progress::{self, ProgressVfs};
 use crate::root_and_name;
-
-/// Below this many bytes a check takes well under a second (recovery reads at 1 GB/s or
-/// more), so no progress bar is drawn: it would only flicker.
-const PROGRESS_BAR_MIN_BYTES: u64 = 64 << 20;
 
 /// How the valid prefix of a log ends.
 #[derive(Debug)]
@@ -196,11 +191,8 @@ fn examine(path: &Path) -> Result<Report> {
     } else {
         meta.len()
     };
-    let progress = progress_bar(total);
-    let vfs: Arc<dyn Vfs> = Arc::new(ProgressVfs {
-        inner: fs,
-        progress: progress.clone(),
-    });
+    let progress = progress::bar(total, "reading");
+    let vfs: Arc<dyn Vfs> = Arc::new(ProgressVfs::read_only(fs, progress.clone()));
     let report = if meta.is_dir() {
         wal_segments(vfs, &name, total)
     } else {
@@ -219,21 +211,6 @@ fn directory_bytes(dir: &Path) -> Result<u64> {
         }
     }
     Ok(total)
-}
-
-fn progress_bar(total: u64) -> ProgressBar {
-    if total < PROGRESS_BAR_MIN_BYTES || !std::io::stdout().is_terminal() {
-        return ProgressBar::hidden();
-    }
-    let bar = ProgressBar::new(total);
-    bar.set_style(
-        ProgressStyle::with_template(
-            "{spinner} reading [{bar:40}] {bytes}/{total_bytes} ({bytes_per_sec}, {eta})",
-        )
-        .expect("a valid template")
-        .progress_chars("=> "),
-    );
-    bar
 }
 
 fn file(vfs: Arc<dyn Vfs>, name: &str, path: &Path) -> Result<Report> {
@@ -547,76 +524,5 @@ fn push_log(vfs: Arc<dyn Vfs>, name: &str, len: u64) -> Report {
         bytes: len,
         spans,
         status,
-    }
-}
-
-/// A read-only view of the real filesystem that advances a progress bar by the bytes read.
-/// Anything that would write is refused: inspecting never changes a log.
-#[derive(Debug)]
-struct ProgressVfs {
-    inner: Arc<stele_host::fs::RealFs>,
-    progress: ProgressBar,
-}
-
-#[derive(Debug)]
-struct ProgressFile {
-    inner: Box<dyn VfsFile>,
-    progress: ProgressBar,
-}
-
-fn read_only() -> VfsError {
-    VfsError::PermissionDenied
-}
-
-impl VfsFile for ProgressFile {
-    fn len(&self) -> Result<u64, VfsError> {
-        self.inner.len()
-    }
-    fn read_at(&self, offset: u64, buf: &mut [u8]) -> Result<usize, VfsError> {
-        let n = self.inner.read_at(offset, buf)?;
-        self.progress.inc(n as u64);
-        Ok(n)
-    }
-    fn write_at(&self, _offset: u64, _data: &[u8]) -> Result<(), VfsError> {
-        Err(read_only())
-    }
-    fn set_len(&self, _len: u64) -> Result<(), VfsError> {
-        Err(read_only())
-    }
-    fn sync(&self, _kind: SyncKind) -> Result<(), VfsError> {
-        Err(read_only())
-    }
-}
-
-impl Vfs for ProgressVfs {
-    fn open(&self, path: &str, mode: OpenMode) -> Result<Box<dyn VfsFile>, VfsError> {
-        if mode != OpenMode::Existing {
-            return Err(read_only());
-        }
-        Ok(Box::new(ProgressFile {
-            inner: self.inner.open(path, mode)?,
-            progress: self.progress.clone(),
-        }))
-    }
-    fn rename(&self, _from: &str, _to: &str) -> Result<(), VfsError> {
-        Err(read_only())
-    }
-    fn sync_dir(&self, _dir: &str) -> Result<(), VfsError> {
-        Err(read_only())
-    }
-    fn remove(&self, _path: &str) -> Result<(), VfsError> {
-        Err(read_only())
-    }
-    fn create_dir(&self, _dir: &str) -> Result<(), VfsError> {
-        Err(read_only())
-    }
-    fn exists(&self, path: &str) -> Result<bool, VfsError> {
-        self.inner.exists(path)
-    }
-    fn list(&self, dir: &str) -> Result<Vec<String>, VfsError> {
-        self.inner.list(dir)
-    }
-    fn lock_exclusive(&self, _path: &str) -> Result<Box<dyn VfsLock>, VfsError> {
-        Err(read_only())
     }
 }

@@ -1,9 +1,11 @@
 //! `stele push-log ...`: append from CSV or JSON lines, scan, compact, seal and unseal.
 
 use std::path::PathBuf;
+use std::sync::Arc;
 
 use anyhow::{Context, Result, bail};
 use clap::Subcommand;
+use stele::vfs::Vfs;
 use stele_host::Mode;
 
 use crate::{ModeArg, root_and_name};
@@ -120,10 +122,15 @@ pub(crate) fn push_log_command(command: PushLogCommand) -> Result<()> {
             Ok(())
         }
         PushLogCommand::Compact { path, mode } => {
-            let log = open_push_log(&path, mode.into())?;
-            let r = log
-                .compact()
-                .with_context(|| format!("{}", path.display()))?;
+            // Compaction reads every frame and writes them all again: about twice the file.
+            let bytes = std::fs::metadata(&path).map_or(0, |m| m.len());
+            let progress = crate::progress::bar(2 * bytes, "compacting");
+            let log = open_push_log_with(&path, mode.into(), |fs| {
+                Arc::new(crate::progress::ProgressVfs::new(fs, progress.clone()))
+            })?;
+            let r = log.compact().with_context(|| format!("{}", path.display()));
+            progress.finish_and_clear();
+            let r = r?;
             println!(
                 "{}: {} frames ({} B) compacted to {} ({} B), {} rows",
                 path.display(),
@@ -189,7 +196,17 @@ pub(crate) fn push_log_command(command: PushLogCommand) -> Result<()> {
 }
 
 fn open_push_log(path: &std::path::Path, mode: Mode) -> Result<stele_host::PushLog> {
+    open_push_log_with(path, mode, |fs| fs)
+}
+
+/// [`open_push_log`] over the real filesystem as `wrap` returns it.
+fn open_push_log_with(
+    path: &std::path::Path,
+    mode: Mode,
+    wrap: impl FnOnce(Arc<dyn Vfs>) -> Arc<dyn Vfs>,
+) -> Result<stele_host::PushLog> {
     let (fs, name) = root_and_name(path)?;
+    let fs = wrap(fs);
     let schema = stele::push_log::PushLog::detect_schema(&*fs, &name)
         .with_context(|| format!("{}", path.display()))?
         .with_context(|| format!("{}: no frames, so no schema to read", path.display()))?;

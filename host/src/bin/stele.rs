@@ -14,6 +14,7 @@ use stele_host::{Journal, Mode, Wal, read_wal, replay_journal};
 
 mod bench;
 mod inspect_cmd;
+mod progress;
 mod push_log_cmd;
 mod wal_cli_cmd;
 mod wal_segments_cmd;
