@@ -279,28 +279,33 @@ fn file(vfs: Arc<dyn Vfs>, name: &str, path: &Path) -> Result<Report> {
     Ok(report)
 }
 
-/// The span after the valid prefix: a torn tail, or nothing.
-fn tail_span(valid_end: u64, file_len: u64, what: &str) -> Option<Span> {
-    (file_len > valid_end).then(|| Span {
-        what: what.into(),
-        start: valid_end,
-        end: file_len,
-    })
+/// The spans after the header: the valid prefix (`contents`), then, when bytes follow it, the
+/// torn tail (`tail`).
+fn body_spans(contents: String, valid_end: u64, file_len: u64, tail: &str) -> Vec<Span> {
+    let mut spans = vec![Span {
+        what: contents,
+        start: HEADER_BYTES as u64,
+        end: valid_end,
+    }];
+    if file_len > valid_end {
+        spans.push(Span {
+            what: tail.into(),
+            start: valid_end,
+            end: file_len,
+        });
+    }
+    spans
 }
 
 fn wal_file(file: &dyn VfsFile, len: u64) -> Report {
     match stele::wal::replay(file, LogSeq(0), |_| {}) {
         Ok(recovery) => {
-            let mut spans = vec![Span {
-                what: format!("{} records", recovery.records),
-                start: HEADER_BYTES as u64,
-                end: recovery.valid_end,
-            }];
-            spans.extend(tail_span(
+            let spans = body_spans(
+                format!("{} records", recovery.records),
                 recovery.valid_end,
                 recovery.file_len,
                 "torn tail (an unfinished write)",
-            ));
+            );
             Report {
                 kind: "wal",
                 version: None,
@@ -411,16 +416,12 @@ fn wal_segments(vfs: Arc<dyn Vfs>, name: &str, total: u64) -> Result<Report> {
 fn journal(file: &dyn VfsFile, len: u64) -> Report {
     match stele::journal::replay_file(file) {
         Ok((_, recovery)) => {
-            let mut spans = vec![Span {
-                what: format!("{} ops", recovery.ops),
-                start: HEADER_BYTES as u64,
-                end: recovery.valid_end,
-            }];
-            spans.extend(tail_span(
+            let spans = body_spans(
+                format!("{} ops", recovery.ops),
                 recovery.valid_end,
                 recovery.file_len,
                 "torn tail (an unfinished append)",
-            ));
+            );
             Report {
                 kind: "journal",
                 version: None,
@@ -503,18 +504,16 @@ fn push_log(vfs: Arc<dyn Vfs>, name: &str, len: u64) -> Report {
             offset,
         ),
     };
-    let mut spans = vec![Span {
-        what: format!("{frames} frames, {rows} rows"),
-        start: HEADER_BYTES as u64,
-        end: valid_end,
-    }];
-    if let Status::TornTail { file_len, .. } = status {
-        spans.extend(tail_span(
-            valid_end,
-            file_len,
-            "torn tail (an unfinished push)",
-        ));
-    }
+    let file_len = match status {
+        Status::TornTail { file_len, .. } => file_len,
+        _ => valid_end,
+    };
+    let spans = body_spans(
+        format!("{frames} frames, {rows} rows"),
+        valid_end,
+        file_len,
+        "torn tail (an unfinished push)",
+    );
     Report {
         kind: "push-log",
         version: None,
