@@ -300,7 +300,12 @@ impl BlockingJournal for HostJournal {
     fn append(&mut self, frames: &[u8]) -> Result<(), JournalError> {
         match self {
             HostJournal::Native(file) => Ok(file.append_blocking(frames)?),
-            HostJournal::Sandboxed(guest) => guest.call(Call::Append(frames)).map(drop),
+            HostJournal::Sandboxed(guest) => {
+                // Refused here as the writer would refuse it, not after a copy into the
+                // guest's memory, which may be smaller than the append.
+                stele::journal::check_append(frames)?;
+                guest.call(Call::Append(frames)).map(drop)
+            }
         }
     }
 

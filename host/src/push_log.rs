@@ -170,6 +170,8 @@ impl PushLog {
             Inner::Native(log) => Ok(log.append(batch)?),
             Inner::Sandboxed(guest) => {
                 let bytes = ipc::encode_stream(batch).map_err(arrow)?;
+                // Refused here, not after a copy into the guest's memory, which may be smaller.
+                engine::check_push_size(bytes.len())?;
                 Self::guest(guest, |st, e, log| {
                     e.stele_log_push_log().log().call_append(st, log, &bytes)
                 })

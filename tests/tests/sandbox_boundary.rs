@@ -263,7 +263,79 @@ fn oversized_payload_and_batch_are_refused_before_the_boundary(mode: Mode) {
     assert_eq!(payloads, [&b"before"[..], b"after"]);
 }
 
+/// A push past one frame's bound ([`stele::frame::BODY_BYTES_MAX`]) is a typed error that
+/// writes nothing, in every mode; sandboxed, the host refuses it before copying it into an
+/// instance whose memory (32 MiB here) could not even hold it.
+fn oversized_push_is_refused_before_the_boundary(mode: Mode) {
+    let root = TempRoot::new();
+    let limits = SandboxLimits {
+        memory_bytes_max: 32 << 20,
+        ..SandboxLimits::default()
+    };
+    let (schema, small) = numbers();
+    let log = PushLog::new_with_limits(root.vfs(), "p", schema.clone(), mode, limits).unwrap();
+    log.append(&small).unwrap();
+    let len_before = root.read("p").len();
+    let rows = stele::frame::BODY_BYTES_MAX / 8 + 1024;
+    let huge =
+        RecordBatch::try_new(schema, vec![Arc::new(Int64Array::from(vec![7i64; rows]))]).unwrap();
+    let err = log.append(&huge).unwrap_err();
+    assert!(
+        matches!(
+            err,
+            PushLogCallError::PushLog(PushLogError::PushTooLarge { bytes, max })
+                if bytes > max && max == stele::frame::BODY_BYTES_MAX
+        ),
+        "{err:?}"
+    );
+    assert_eq!(root.read("p").len(), len_before, "nothing written");
+    log.append(&small).unwrap();
+    assert_eq!(log.scan_all().unwrap().0.len(), 2, "the log goes on");
+}
+
+/// A journal append past one batch frame is a typed error that writes nothing, in every mode;
+/// sandboxed, the host refuses it before copying it into an instance with 32 MiB of memory.
+fn oversized_journal_append_is_refused_before_the_boundary(mode: Mode) {
+    let root = TempRoot::new();
+    let limits = SandboxLimits {
+        memory_bytes_max: 32 << 20,
+        ..SandboxLimits::default()
+    };
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap();
+    let mut journal = rt
+        .block_on(Journal::open_with_limits(root.vfs(), "j", mode, limits))
+        .unwrap();
+    let set = |key: &str, len: usize| stele::journal::JournalOp::Set {
+        key: key.into(),
+        value: vec![1u8; len],
+    };
+    rt.block_on(journal.append(&mut stele::journal::encode_frames(&[set("small", 3)])))
+        .unwrap();
+    let len_before = root.read("j").len();
+    // Two ops of 40 MiB: each fits a frame, together they do not fit one batch frame.
+    let mut huge = stele::journal::encode_frames(&[set("a", 40 << 20), set("b", 40 << 20)]);
+    let err = rt.block_on(journal.append(&mut huge)).unwrap_err();
+    assert!(
+        matches!(
+            err,
+            JournalError::Journal(EngineJournalError::AppendTooLarge { max, .. })
+                if max == stele::journal::APPEND_BYTES_MAX
+        ),
+        "{err:?}"
+    );
+    assert_eq!(root.read("j").len(), len_before, "nothing written");
+    rt.block_on(journal.append(&mut stele::journal::encode_frames(&[set("after", 3)])))
+        .unwrap();
+    drop(journal);
+    let (ops, _) = stele_host::replay_journal_blocking(root.vfs(), "j", mode).unwrap();
+    assert_eq!(ops.len(), 2, "the journal goes on");
+}
+
 every_mode!(
+    oversized_journal_append_is_refused_before_the_boundary,
+    oversized_push_is_refused_before_the_boundary,
     wal_paths_are_confined,
     journal_paths_are_confined,
     push_log_paths_are_confined,

@@ -26,7 +26,9 @@ pub use ops::{JournalOp, JournalOpRef, SessionState, check_frames, encode_frames
 pub use replay::{JournalRecovery, replay, replay_file};
 #[cfg(not(target_arch = "wasm32"))]
 pub use tokio_writer::{BlockingJournal, Writer};
-pub use writer::{APPEND_BYTES_MAX, COMPACTING_SUFFIX, JournalFile, JournalIo, VfsIo};
+pub use writer::{
+    APPEND_BYTES_MAX, COMPACTING_SUFFIX, JournalFile, JournalIo, VfsIo, check_append,
+};
 
 use crate::header::HeaderError;
 use crate::vfs::VfsError;

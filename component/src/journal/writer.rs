@@ -144,6 +144,25 @@ pub struct JournalFile<Io: JournalIo> {
     batch_scratch: Vec<u8>,
 }
 
+/// The refusals [`JournalFile::append`] makes before any I/O, as it makes them: bytes that are
+/// not whole, well-formed op frames ([`JournalError::MalformedAppend`]), and several ops that
+/// would not fit in one batch frame ([`JournalError::AppendTooLarge`]). Returns how many ops
+/// `bytes` holds. Public so that a host can refuse an append before copying it into a
+/// sandboxed writer's memory.
+pub fn check_append(bytes: &[u8]) -> Result<u64, JournalError> {
+    let ops = check_frames(bytes).map_err(|(offset, why)| JournalError::MalformedAppend {
+        offset,
+        why: why.into(),
+    })?;
+    if ops > 1 && batch_body_bytes(bytes, ops) > frame::BODY_BYTES_MAX {
+        return Err(JournalError::AppendTooLarge {
+            bytes: bytes.len(),
+            max: APPEND_BYTES_MAX,
+        });
+    }
+    Ok(ops)
+}
+
 impl<Io: JournalIo> JournalFile<Io> {
     /// Opens (creating if missing) the journal at `path` for appending. Takes the advisory lock
     /// `<path>.lock` first ([`JournalError::Locked`] if another writer holds it), refuses a
@@ -206,23 +225,13 @@ impl<Io: JournalIo> JournalFile<Io> {
     /// are acknowledged; a retry writes them again at the same offset.
     pub async fn append(&mut self, bytes: &[u8]) -> Result<(), JournalError> {
         self.handle()?;
-        let ops = check_frames(bytes).map_err(|(offset, why)| JournalError::MalformedAppend {
-            offset,
-            why: why.into(),
-        })?;
+        let ops = check_append(bytes)?;
         if bytes.is_empty() {
             return Ok(());
         }
         // Several ops go in one batch frame, so that a crash keeps all of them or none. It is
         // built in `batch_scratch`, which keeps its capacity: warm appends allocate nothing.
         let data: &[u8] = if ops > 1 {
-            let body_bytes = batch_body_bytes(bytes, ops);
-            if body_bytes > frame::BODY_BYTES_MAX {
-                return Err(JournalError::AppendTooLarge {
-                    bytes: bytes.len(),
-                    max: APPEND_BYTES_MAX,
-                });
-            }
             self.batch_scratch.clear();
             push_batch_frame(&mut self.batch_scratch, bytes);
             &self.batch_scratch

@@ -529,9 +529,10 @@ impl Stager<'_> {
     }
 }
 
-/// Checks a push-log file's header and returns a frame reader positioned after it, or, for a
-/// file without frames (empty, or shorter than a header), how its scan ends.
-fn check_push_size(bytes: usize) -> Result<(), PushLogError> {
+/// Refuses a push of `bytes` IPC bytes that would not fit in one frame, with the error every
+/// push-log writer gives. Public so that a host can refuse it before copying the bytes into a
+/// sandboxed writer's memory.
+pub fn check_push_size(bytes: usize) -> Result<(), PushLogError> {
     if bytes > frame::BODY_BYTES_MAX {
         return Err(PushLogError::PushTooLarge {
             bytes,
@@ -541,6 +542,8 @@ fn check_push_size(bytes: usize) -> Result<(), PushLogError> {
     Ok(())
 }
 
+/// Checks a push-log file's header and returns a frame reader positioned after it, or, for a
+/// file without frames (empty, or shorter than a header), how its scan ends.
 pub(crate) fn open_frames(
     file: &dyn VfsFile,
 ) -> Result<Result<FrameReader, ScanEnd>, PushLogError> {
