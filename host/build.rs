@@ -1,16 +1,31 @@
-//! Builds the two engine components the host embeds, so that `cargo run` and `cargo test` need
+//! Builds the components the host embeds or ships, so that `cargo run` and `cargo test` need
 //! no setup step of their own:
-//! - `stele.wasm`: plain WASI 0.2 (world `engine`), for any component-model host;
-//! - `stele-async.wasm`: the component model's async ABI (feature `component-async`, world
-//!   `engine-async`), which group-commits concurrent calls on one instance.
+//! - `stele.wasm`: the engine, plain WASI 0.2 (world `engine`), for any component-model host;
+//! - `stele-async.wasm`: the engine for the component model's async ABI (feature
+//!   `component-async`, world `engine-async`), which group-commits concurrent calls on one
+//!   instance;
+//! - `stele-wasi.wasm`: `stele.wasm` with the WASI-filesystem adapter (`component/wasi-vfs`)
+//!   plugged into its `vfs` import, so its only storage import is `wasi:filesystem`: it runs on
+//!   any WASI 0.2 host that preopens a directory (wasmtime with `wasmtime-wasi` alone, Node.js
+//!   through jco);
+//! - `example-plugin.wasm`: the plugin of `examples/plugin_host.rs` with `stele.wasm` plugged
+//!   into its `wal` import.
 //!
+//! How:
 //! - Installs the `wasm32-wasip2` target with rustup when the toolchain lacks it.
-//! - Runs a nested `cargo build -p stele --target wasm32-wasip2 --release` with its own
+//! - Runs nested `cargo build -p <crate> --target wasm32-wasip2 --release` with their own
 //!   `--target-dir` (`target/guest`): sharing the outer target directory would wait forever on
-//!   the lock the outer build holds, and cargo hides that message. Both builds share that
-//!   directory (only the `stele` crate differs between them); each output is copied to
-//!   `target/guest/stele.wasm` and `target/guest/stele-async.wasm` before the next overwrites it.
-//! - Set `STELE_COMPONENT_WASM` and `STELE_COMPONENT_ASYNC_WASM` to embed prebuilt components.
+//!   the lock the outer build holds, and cargo hides that message. The two engine builds share
+//!   that directory (only the `stele` crate differs between them); each output is copied to
+//!   its own name in `target/guest` before the next overwrites it.
+//! - Composes with `wac plug`, from `wac-cli` installed with `cargo install --locked` into
+//!   `target/tools` on first use (about 3 minutes on 2 cores, once per clean target directory).
+//! - Set `STELE_COMPONENT_WASM` and `STELE_COMPONENT_ASYNC_WASM` to embed prebuilt engines (the
+//!   composed components are then built from the prebuilt `stele.wasm`).
+//!
+//! What it exports to the crate's code: `STELE_COMPONENT_WASM_EMBEDDED` and
+//! `STELE_COMPONENT_ASYNC_WASM_EMBEDDED` (embedded by `runtime`), and `STELE_WASI_WASM` and
+//! `STELE_EXAMPLE_PLUGIN_WASM` (paths, for the tests and the examples).
 
 use std::env;
 use std::path::{Path, PathBuf};
@@ -18,8 +33,28 @@ use std::process::Command;
 
 const GUEST_TARGET: &str = "wasm32-wasip2";
 
+/// The `wac-cli` release the build composes with; `--locked` pins its dependencies too.
+const WAC_CLI_VERSION: &str = "0.12.0";
+
 fn main() {
     let out_dir = PathBuf::from(env::var_os("OUT_DIR").expect("cargo sets OUT_DIR"));
+    let workspace = workspace_dir();
+    for watched in [
+        "component/src",
+        "component/Cargo.toml",
+        "component/wasi-vfs",
+        "host/examples/plugin",
+        "wit",
+        "Cargo.lock",
+    ] {
+        println!(
+            "cargo:rerun-if-changed={}",
+            workspace.join(watched).display()
+        );
+    }
+    ensure_target_installed();
+    let guest_dir = workspace.join("target").join("guest");
+
     for (env_var, file, features) in [
         ("STELE_COMPONENT_WASM", "stele.wasm", None),
         (
@@ -34,48 +69,51 @@ fn main() {
             std::fs::copy(&prebuilt, &embedded)
                 .unwrap_or_else(|e| panic!("{env_var}={}: {e}", Path::new(&prebuilt).display()));
         } else {
-            let built = build_guest(features, file);
+            let built = build_guest("stele", features, "stele", file);
             std::fs::copy(&built, &embedded)
                 .unwrap_or_else(|e| panic!("copy {} to OUT_DIR: {e}", built.display()));
         }
         println!("cargo:rustc-env={env_var}_EMBEDDED={}", embedded.display());
     }
+
+    let engine = out_dir.join("stele.wasm");
+    let adapter = build_guest(
+        "stele-wasi-vfs",
+        None,
+        "stele_wasi_vfs",
+        "stele-wasi-vfs.wasm",
+    );
+    let plugin = build_guest(
+        "stele-example-plugin",
+        None,
+        "stele_example_plugin",
+        "stele-example-plugin.wasm",
+    );
+    let wac = ensure_wac(&workspace);
+    let stele_wasi = guest_dir.join("stele-wasi.wasm");
+    wac_plug(&wac, &engine, &adapter, &stele_wasi);
+    println!("cargo:rustc-env=STELE_WASI_WASM={}", stele_wasi.display());
+    let composed_plugin = guest_dir.join("example-plugin.wasm");
+    wac_plug(&wac, &plugin, &engine, &composed_plugin);
+    println!(
+        "cargo:rustc-env=STELE_EXAMPLE_PLUGIN_WASM={}",
+        composed_plugin.display()
+    );
 }
 
-fn build_guest(features: Option<&str>, file: &str) -> PathBuf {
+fn workspace_dir() -> PathBuf {
     let manifest_dir = PathBuf::from(env::var_os("CARGO_MANIFEST_DIR").expect("cargo sets it"));
-    let workspace = manifest_dir
+    manifest_dir
         .parent()
         .expect("host/ sits in the workspace")
-        .to_path_buf();
-    for watched in ["component/src", "component/Cargo.toml", "wit", "Cargo.lock"] {
-        println!(
-            "cargo:rerun-if-changed={}",
-            workspace.join(watched).display()
-        );
-    }
-    ensure_target_installed();
+        .to_path_buf()
+}
 
-    let target_dir = workspace.join("target").join("guest");
+/// A cargo command for a nested build, with the outer build's flags removed: they are meant
+/// for the host, not for the guest or a tool.
+fn nested_cargo() -> Command {
     let cargo = env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
     let mut cmd = Command::new(cargo);
-    cmd.current_dir(&workspace)
-        .args([
-            "build",
-            "-p",
-            "stele",
-            "--release",
-            "--target",
-            GUEST_TARGET,
-            "--target-dir",
-        ])
-        .arg(&target_dir)
-        .args(features.map(|f| vec!["--features", f]).unwrap_or_default())
-        // The guest is shipped: no debug info (it only bloats the component), names kept so
-        // traps still show guest function names.
-        .env("CARGO_PROFILE_RELEASE_DEBUG", "false")
-        .env("CARGO_PROFILE_RELEASE_STRIP", "debuginfo");
-    // Flags meant for the host build must not leak into the guest build.
     for var in [
         "CARGO_TARGET_DIR",
         "CARGO_BUILD_TARGET",
@@ -87,26 +125,95 @@ fn build_guest(features: Option<&str>, file: &str) -> PathBuf {
     ] {
         cmd.env_remove(var);
     }
+    cmd
+}
+
+/// Builds `package` for the guest target and copies its `<artifact>.wasm` to
+/// `target/guest/<file>`, which it returns.
+fn build_guest(package: &str, features: Option<&str>, artifact: &str, file: &str) -> PathBuf {
+    let workspace = workspace_dir();
+    let target_dir = workspace.join("target").join("guest");
+    let mut cmd = nested_cargo();
+    cmd.current_dir(&workspace)
+        .args([
+            "build",
+            "-p",
+            package,
+            "--release",
+            "--target",
+            GUEST_TARGET,
+            "--target-dir",
+        ])
+        .arg(&target_dir)
+        .args(features.map(|f| vec!["--features", f]).unwrap_or_default())
+        // Components are shipped: no debug info (it only bloats them), names kept so traps
+        // still show guest function names.
+        .env("CARGO_PROFILE_RELEASE_DEBUG", "false")
+        .env("CARGO_PROFILE_RELEASE_STRIP", "debuginfo");
     let status = cmd
         .status()
-        .expect("run nested cargo build for the guest component");
+        .unwrap_or_else(|e| panic!("run nested cargo build for {package}: {e}"));
     assert!(
         status.success(),
-        "building the stele component for {GUEST_TARGET} failed"
+        "building {package} for {GUEST_TARGET} failed"
     );
     let wasm = target_dir
         .join(GUEST_TARGET)
         .join("release")
-        .join("stele.wasm");
+        .join(format!("{artifact}.wasm"));
     assert!(
         wasm.exists(),
         "guest build did not produce {}",
         wasm.display()
     );
-    // Both builds write the same output path; keep each under its own name.
     let kept = target_dir.join(file);
     std::fs::copy(&wasm, &kept).unwrap_or_else(|e| panic!("copy {}: {e}", wasm.display()));
     kept
+}
+
+/// The `wac` binary: `target/tools/bin/wac`, installed there from crates.io when missing. It
+/// stays out of `~/.cargo/bin`, so the build changes nothing outside the workspace.
+fn ensure_wac(workspace: &Path) -> PathBuf {
+    let root = workspace.join("target").join("tools");
+    let wac = root
+        .join("bin")
+        .join(format!("wac{}", env::consts::EXE_SUFFIX));
+    let installed = Command::new(&wac).arg("--version").output().is_ok_and(|o| {
+        o.status.success() && String::from_utf8_lossy(&o.stdout).contains(WAC_CLI_VERSION)
+    });
+    if installed {
+        return wac;
+    }
+    let status = nested_cargo()
+        .args(["install", "wac-cli", "--locked", "--no-default-features"])
+        .args(["--version", WAC_CLI_VERSION, "--root"])
+        .arg(&root)
+        .status()
+        .expect("run cargo install wac-cli");
+    assert!(
+        status.success(),
+        "cargo install wac-cli {WAC_CLI_VERSION} failed"
+    );
+    wac
+}
+
+/// `wac plug socket --plug plug -o out`: the plug's exports satisfy the socket's imports.
+fn wac_plug(wac: &Path, socket: &Path, plug: &Path, out: &Path) {
+    let status = Command::new(wac)
+        .arg("plug")
+        .arg(socket)
+        .arg("--plug")
+        .arg(plug)
+        .arg("-o")
+        .arg(out)
+        .status()
+        .unwrap_or_else(|e| panic!("run {}: {e}", wac.display()));
+    assert!(
+        status.success(),
+        "wac plug {} --plug {} failed",
+        socket.display(),
+        plug.display()
+    );
 }
 
 fn ensure_target_installed() {

@@ -334,6 +334,42 @@ impl Runtime {
         store
     }
 
+    /// A linker for any component that imports `stele:log/vfs`: a plugin composed with the
+    /// engine (`wac plug plugin.wasm --plug stele.wasm`, as `examples/plugin_host.rs` does), or
+    /// a component of your own. It serves `stele:log/vfs` from the store's [`Vfs`], and the
+    /// WASI interfaces std links from a context with no preopened directories, no environment,
+    /// no arguments, no network and no inherited stdio: the component's only file access is
+    /// `stele:log/vfs`, confined as that [`Vfs`] confines it.
+    ///
+    /// Components must be compiled with [`Runtime::engine`], and run in stores from
+    /// [`Runtime::vfs_store`].
+    pub fn vfs_linker(&self) -> Result<Linker<GuestState>, SandboxError> {
+        let mut linker = Linker::<GuestState>::new(&self.engine);
+        wasmtime_wasi::p2::add_to_linker_sync(&mut linker)
+            .and_then(|()| {
+                bindings::stele::log::vfs::add_to_linker::<_, HasSelf<_>>(&mut linker, |state| {
+                    state
+                })
+            })
+            .map_err(|e| SandboxError::Load(format!("{e:#}")))?;
+        Ok(linker)
+    }
+
+    /// A store for a component linked with [`Runtime::vfs_linker`]: its `stele:log/vfs`
+    /// import is served from `vfs`, under `limits` (memory, open files, busy deadline), exactly
+    /// as for the engine's own instances. A limit the component breaks traps the call, and
+    /// [`Runtime::trap_error`] tells which limit it was.
+    pub fn vfs_store(&self, vfs: Arc<dyn Vfs>, limits: SandboxLimits) -> Store<GuestState> {
+        self.new_store(vfs, limits, None)
+    }
+
+    /// The typed reason for a trap in a store from [`Runtime::vfs_store`]:
+    /// [`SandboxError::MemoryLimit`] or [`SandboxError::Interrupted`] when a limit caused it,
+    /// else [`SandboxError::Trapped`] with the trap's message.
+    pub fn trap_error(trap: wasmtime::Error) -> SandboxError {
+        trap_error(trap)
+    }
+
     /// A new instance of the plain component whose `vfs` import is served by `vfs`.
     pub(crate) fn instantiate(
         &self,

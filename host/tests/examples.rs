@@ -58,3 +58,22 @@ fn embed_tokio_commits_from_64_tasks_in_every_mode() {
         );
     }
 }
+
+#[test]
+fn plugin_host_runs_a_composed_plugin_that_logs_through_the_engine() {
+    let text = run("plugin_host");
+    assert!(text.contains("it imports"), "{text}");
+    assert!(
+        text.contains(r#"second run, a fresh instance: the plugin's log holds ["started", "loaded 3 rules", "rule fired: disk-usage", "stopped"]"#),
+        "{text}"
+    );
+    assert!(
+        text.contains("host reads events.wal natively: 4 records, next seq 5, Clean"),
+        "{text}"
+    );
+    assert!(
+        text.contains("plugin asks for ../escape.wal: Err("),
+        "{text}"
+    );
+    assert!(text.ends_with("plugin_host: ok\n"), "{text}");
+}

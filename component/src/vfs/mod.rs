@@ -9,6 +9,7 @@
 //! [`VfsFile::sync`] and [`Vfs::sync_dir`] document; the engine alone decides when to call them.
 
 mod mem;
+pub mod path;
 
 pub use mem::MemVfs;
 

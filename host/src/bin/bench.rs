@@ -4,10 +4,37 @@
 
 use std::io::Write;
 use std::path::Path;
-use std::sync::Arc;
-use std::time::Instant;
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
+
+/// The run's progress line: which workload is running and for how long. A full run takes
+/// minutes, so it shows; like every bar, it is hidden when stdout is not a terminal.
+static PROGRESS: OnceLock<indicatif::ProgressBar> = OnceLock::new();
+
+fn progress() -> &'static indicatif::ProgressBar {
+    PROGRESS.get_or_init(|| {
+        use std::io::IsTerminal;
+        if !std::io::stdout().is_terminal() {
+            return indicatif::ProgressBar::hidden();
+        }
+        let bar = indicatif::ProgressBar::new_spinner();
+        bar.set_style(
+            indicatif::ProgressStyle::with_template("{spinner} bench: {msg} ({elapsed})")
+                .expect("a valid template"),
+        );
+        bar.enable_steady_tick(Duration::from_millis(200));
+        bar
+    })
+}
+
+/// Every line of the tables goes out with the progress line lifted, so the two never mix.
+macro_rules! println {
+    ($($arg:tt)*) => {
+        progress().suspend(|| std::println!($($arg)*))
+    };
+}
 use stele::wal::segment::SEGMENT_BYTES_DEFAULT;
 use stele::wal::{DurabilityPolicy, WalOptions};
 use stele_host::fs::RealFs;
@@ -341,23 +368,30 @@ pub fn run(dir: &Path, args: &BenchArgs) -> Result<()> {
         None => None,
     };
     if args.workloads.contains(&Workload::Wal) {
+        progress().set_message("wal");
         wal_table(dir, args, json.as_mut())?;
     }
     if args.workloads.contains(&Workload::Journal) {
+        progress().set_message("journal");
         journal_table(dir, args, json.as_mut())?;
     }
     if args.workloads.contains(&Workload::NonDurable) {
+        progress().set_message("non-durable");
         non_durable_table(dir, args, json.as_mut())?;
     }
     if args.workloads.contains(&Workload::Recovery) {
+        progress().set_message("recovery");
         recovery_table(dir, args, json.as_mut())?;
     }
     if args.workloads.contains(&Workload::PushLog) {
+        progress().set_message("push-log");
         push_log_table(dir, args, json.as_mut())?;
     }
     if args.workloads.contains(&Workload::Segments) {
+        progress().set_message("segments");
         segments_table(dir, args, json.as_mut())?;
     }
+    progress().finish_and_clear();
     Ok(())
 }
 

@@ -186,11 +186,7 @@ pub fn verify(path: &Path, json: bool) -> Result<ExitCode> {
 fn examine(path: &Path) -> Result<Report> {
     let meta = std::fs::metadata(path).with_context(|| format!("{}", path.display()))?;
     let (fs, name) = root_and_name(path)?;
-    let total = if meta.is_dir() {
-        directory_bytes(path)?
-    } else {
-        meta.len()
-    };
+    let total = progress::bytes_at(path)?;
     let progress = progress::bar(total, "reading");
     let vfs: Arc<dyn Vfs> = Arc::new(ProgressVfs::read_only(fs, progress.clone()));
     let report = if meta.is_dir() {
@@ -200,17 +196,6 @@ fn examine(path: &Path) -> Result<Report> {
     };
     progress.finish_and_clear();
     report
-}
-
-fn directory_bytes(dir: &Path) -> Result<u64> {
-    let mut total = 0;
-    for entry in std::fs::read_dir(dir).with_context(|| format!("{}", dir.display()))? {
-        let meta = entry?.metadata()?;
-        if meta.is_file() {
-            total += meta.len();
-        }
-    }
-    Ok(total)
 }
 
 fn file(vfs: Arc<dyn Vfs>, name: &str, path: &Path) -> Result<Report> {

@@ -3,7 +3,10 @@
 //! whichever mode (native or sandboxed) the engine runs in, since the host serves its I/O.
 
 use std::io::IsTerminal;
+use std::path::Path;
 use std::sync::Arc;
+
+use anyhow::{Context, Result};
 
 use indicatif::{ProgressBar, ProgressStyle};
 use stele::vfs::{OpenMode, SyncKind, Vfs, VfsError, VfsFile, VfsLock};
@@ -28,6 +31,33 @@ pub fn bar(total: u64, what: &str) -> ProgressBar {
             .progress_chars("=> "),
     );
     bar
+}
+
+/// The bytes an operation on `path` reads: a file's length, or the sum of a directory's files
+/// (a segmented WAL).
+pub fn bytes_at(path: &Path) -> Result<u64> {
+    let meta = std::fs::metadata(path).with_context(|| format!("{}", path.display()))?;
+    if !meta.is_dir() {
+        return Ok(meta.len());
+    }
+    let mut total = 0;
+    for entry in std::fs::read_dir(path).with_context(|| format!("{}", path.display()))? {
+        let meta = entry?.metadata()?;
+        if meta.is_file() {
+            total += meta.len();
+        }
+    }
+    Ok(total)
+}
+
+/// `fs` seen through a read-only [`ProgressVfs`] whose bar (labelled `what`) counts up to the
+/// bytes at `path`: for commands that read a whole log (`wal dump`, `journal dump`). The bar
+/// is hidden for small logs and when stdout is not a terminal.
+pub fn reading(fs: Arc<dyn Vfs>, path: &Path, what: &str) -> (Arc<dyn Vfs>, ProgressBar) {
+    // A missing path reads as 0 bytes here; the engine then gives the real error.
+    let progress = bar(bytes_at(path).unwrap_or(0), what);
+    let vfs = Arc::new(ProgressVfs::read_only(fs, progress.clone()));
+    (vfs, progress)
 }
 
 /// The filesystem, with every byte read or written counted on a bar. Read-only, it refuses

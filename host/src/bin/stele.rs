@@ -447,9 +447,13 @@ fn open_read_only(path: &std::path::Path) -> Result<Box<dyn stele::vfs::VfsFile>
 }
 
 fn journal_dump(path: &std::path::Path, json: bool) -> Result<()> {
-    let file = open_read_only(path)?;
-    let (ops, recovery) =
-        stele::journal::replay_file(&*file).with_context(|| format!("{}", path.display()))?;
+    let (fs, name) = root_and_name(path)?;
+    let (vfs, progress) = progress::reading(fs, path, "reading");
+    let replayed = stele::vfs::Vfs::open(&*vfs, &name, stele::vfs::OpenMode::Existing)
+        .map_err(stele::journal::JournalError::from)
+        .and_then(|file| stele::journal::replay_file(&*file));
+    progress.finish_and_clear();
+    let (ops, recovery) = replayed.with_context(|| format!("{}", path.display()))?;
     if json {
         let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
         for op in &ops {
@@ -541,6 +545,13 @@ fn journal_verify(path: &std::path::Path) -> ExitCode {
 /// Opens the journal as its writer, then appends `op`, or compacts when `op` is `None`.
 fn journal_write(path: &std::path::Path, mode: Mode, op: Option<JournalOp>) -> Result<ExitCode> {
     let (fs, name) = root_and_name(path)?;
+    // A compaction reads the journal once and writes the snapshot: a bar over both, drawn from
+    // the bytes the engine moves.
+    let progress = match op {
+        None => progress::bar(2 * progress::bytes_at(path).unwrap_or(0), "compacting"),
+        Some(_) => indicatif::ProgressBar::hidden(),
+    };
+    let fs: Arc<dyn stele::vfs::Vfs> = Arc::new(progress::ProgressVfs::new(fs, progress.clone()));
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -604,8 +615,10 @@ fn wal_dump(path: &std::path::Path, sandboxed: bool) -> Result<()> {
     } else {
         Mode::Native
     };
-    let (records, recovery) =
-        read_wal(fs, &name, mode).with_context(|| format!("{}", path.display()))?;
+    let (vfs, progress) = progress::reading(fs, path, "reading");
+    let read = read_wal(vfs, &name, mode);
+    progress.finish_and_clear();
+    let (records, recovery) = read.with_context(|| format!("{}", path.display()))?;
     for r in &records {
         println!(
             "seq={} op={} len={} payload={}",

@@ -138,8 +138,10 @@ pub fn tail(path: &Path, lines: usize, follow: bool, json: bool) -> Result<()> {
 /// `stele wal dump --json`: one JSON object per record, then one for how the log ended.
 pub fn dump_json(path: &Path, mode: Mode) -> Result<()> {
     let (fs, name) = root_and_name(path)?;
-    let (records, recovery) =
-        read_wal(fs, &name, mode).with_context(|| format!("{}", path.display()))?;
+    let (vfs, progress) = crate::progress::reading(fs, path, "reading");
+    let read = read_wal(vfs, &name, mode);
+    progress.finish_and_clear();
+    let (records, recovery) = read.with_context(|| format!("{}", path.display()))?;
     let mut out = std::io::stdout().lock();
     for r in &records {
         writeln!(out, "{}", record_line(r, true))?;

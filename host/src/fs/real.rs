@@ -17,11 +17,7 @@ use cap_std::ambient_authority;
 use cap_std::fs::{Dir, OpenOptions};
 use stele::vfs::{OpenMode, SyncKind, Vfs, VfsError, VfsFile, VfsLock};
 
-/// Longest path accepted, in bytes: Linux's `PATH_MAX`. Longer paths are refused before any
-/// system call, so the error is the same on every OS.
-pub const PATH_BYTES_MAX: usize = 4096;
-/// Longest single path component, in bytes: `NAME_MAX` on Linux and macOS.
-pub const NAME_BYTES_MAX: usize = 255;
+pub use stele::vfs::path::{NAME_BYTES_MAX, PATH_BYTES_MAX};
 
 /// The real filesystem under one root directory. Cloning shares the root handle.
 #[derive(Clone, Debug)]
@@ -41,38 +37,10 @@ impl RealFs {
     }
 }
 
-/// Lexical checks that do not depend on the filesystem. `allow_root` admits `""` and `"."` for
-/// directory operations.
+/// The `vfs` contract's lexical path rules ([`stele::vfs::path`]), as a typed error.
 fn check_path(path: &str, allow_root: bool) -> Result<(), VfsError> {
-    let invalid = |why: &str| Err(VfsError::InvalidPath(format!("{path:?}: {why}")));
-    if path.is_empty() || path == "." {
-        return if allow_root {
-            Ok(())
-        } else {
-            invalid("empty path")
-        };
-    }
-    if path.len() > PATH_BYTES_MAX {
-        return invalid("longer than PATH_BYTES_MAX");
-    }
-    if path.contains('\0') {
-        return invalid("contains NUL");
-    }
-    if path.starts_with('/') || path.starts_with('\\') || path.contains(':') {
-        return invalid("absolute paths are refused");
-    }
-    for name in path.split('/') {
-        match name {
-            "" => return invalid("empty path segment"),
-            "." | ".." => return invalid("`.` and `..` segments are refused"),
-            _ if name.contains('\\') => return invalid("backslash in a path segment"),
-            _ if name.len() > NAME_BYTES_MAX => {
-                return invalid("segment longer than NAME_BYTES_MAX");
-            }
-            _ => {}
-        }
-    }
-    Ok(())
+    stele::vfs::path::check_relative_path(path, allow_root)
+        .map_err(|why| VfsError::InvalidPath(format!("{path:?}: {why}")))
 }
 
 /// Maps an error from cap-std, turning its sandbox refusals into `InvalidPath`.
@@ -323,30 +291,3 @@ struct RealLock {
 }
 
 impl VfsLock for RealLock {}
-
-#[cfg(test)]
-mod tests {
-    use super::check_path;
-
-    #[test]
-    fn lexical_checks() {
-        for bad in [
-            "",
-            "/etc/passwd",
-            "../x",
-            "a/../../x",
-            "a//b",
-            "./a",
-            "a\0b",
-            "C:\\x",
-        ] {
-            assert!(check_path(bad, false).is_err(), "{bad:?} must be refused");
-        }
-        assert!(check_path(&"a".repeat(256), false).is_err());
-        assert!(check_path(&"a/".repeat(2100), false).is_err());
-        for good in ["a", "a/b.wal", "dir/sub/log"] {
-            assert!(check_path(good, false).is_ok(), "{good:?} must pass");
-        }
-        assert!(check_path("", true).is_ok());
-    }
-}
