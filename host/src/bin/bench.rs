@@ -67,6 +67,8 @@ pub enum Workload {
     /// One durable writer, single-file WAL against preallocated segments, medians of rounds;
     /// and the latency of a commit that rotates to a new segment against one that does not.
     Segments,
+    /// Each built component: its size, the time to compile it, and the time to instantiate it.
+    Components,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -390,6 +392,10 @@ pub fn run(dir: &Path, args: &BenchArgs) -> Result<()> {
     if args.workloads.contains(&Workload::Segments) {
         progress().set_message("segments");
         segments_table(dir, args, json.as_mut())?;
+    }
+    if args.workloads.contains(&Workload::Components) {
+        progress().set_message("components");
+        components_table(dir)?;
     }
     progress().finish_and_clear();
     Ok(())
@@ -1068,6 +1074,166 @@ fn recovery_table(dir: &Path, _args: &BenchArgs, json: Option<&mut std::fs::File
                 mbps * 1e6 / (PAYLOAD + stele::wal::record::RECORD_OVERHEAD_BYTES) as f64,
             )?;
         }
+    }
+    Ok(())
+}
+
+/// Instantiations timed per component; the table gives their median and p99.
+const INSTANTIATIONS: usize = 200;
+
+/// The composed components `build.rs` made: the engine with the WASI-filesystem adapter, and
+/// the example plugin with the engine.
+static STELE_WASI_WASM: &[u8] = include_bytes!(env!("STELE_WASI_WASM"));
+static EXAMPLE_PLUGIN_WASM: &[u8] = include_bytes!(env!("STELE_EXAMPLE_PLUGIN_WASM"));
+
+/// What a `stele-wasi.wasm` store holds: WASI alone, as a foreign host would give it.
+struct WasiOnly {
+    ctx: wasmtime_wasi::WasiCtx,
+    table: wasmtime::component::ResourceTable,
+}
+
+impl wasmtime_wasi::WasiView for WasiOnly {
+    fn ctx(&mut self) -> wasmtime_wasi::WasiCtxView<'_> {
+        wasmtime_wasi::WasiCtxView {
+            ctx: &mut self.ctx,
+            table: &mut self.table,
+        }
+    }
+}
+
+/// Median and p99 of `samples` (µs), sorted in place.
+fn median_p99(samples: &mut [f64]) -> (f64, f64) {
+    samples.sort_by(f64::total_cmp);
+    let at = |p: f64| samples[((samples.len() - 1) as f64 * p).round() as usize];
+    (at(0.5), at(0.99))
+}
+
+/// One row of the components table: component, host, bytes, compile ms, (p50, p99) µs.
+type ComponentRow = (&'static str, &'static str, usize, f64, (f64, f64));
+
+/// Times `instantiate` [`INSTANTIATIONS`] times, after one untimed run.
+fn time_instantiations(mut instantiate: impl FnMut() -> Result<()>) -> Result<(f64, f64)> {
+    instantiate()?;
+    let mut samples = Vec::with_capacity(INSTANTIATIONS);
+    for _ in 0..INSTANTIATIONS {
+        let started = Instant::now();
+        instantiate()?;
+        samples.push(started.elapsed().as_secs_f64() * 1e6);
+    }
+    Ok(median_p99(&mut samples))
+}
+
+/// Each component's size, compile time (once, with the engine's configuration: Cranelift,
+/// parallel compilation) and instantiation time, each instance in a fresh store, from a
+/// pre-linked `InstancePre` as a host that runs many instances would.
+fn components_table(dir: &Path) -> Result<()> {
+    use stele_host::runtime::{COMPONENT_ASYNC_WASM, COMPONENT_WASM, Runtime};
+    use wasmtime::component::{Component, Linker, ResourceTable};
+
+    let runtime = Runtime::get()?;
+    let engine = runtime.engine();
+    let fs: Arc<dyn stele::vfs::Vfs> = Arc::new(RealFs::open_root(dir)?);
+    let compile = |bytes: &[u8]| -> Result<(Component, f64)> {
+        let started = Instant::now();
+        let component = Component::new(engine, bytes).map_err(|e| anyhow::anyhow!("{e:#}"))?;
+        Ok((component, started.elapsed().as_secs_f64() * 1e3))
+    };
+    let wasmtime_err = |e: wasmtime::Error| anyhow::anyhow!("{e:#}");
+    let mut rows: Vec<ComponentRow> = Vec::new();
+
+    // The engine and the plugin import `stele:log/vfs`: Stele's own linker serves it.
+    let vfs_linker = runtime.vfs_linker()?;
+    for (name, host, bytes) in [
+        ("stele.wasm", "stele-host (vfs_linker)", COMPONENT_WASM),
+        (
+            "example-plugin.wasm",
+            "stele-host (vfs_linker)",
+            EXAMPLE_PLUGIN_WASM,
+        ),
+    ] {
+        let (component, compile_ms) = compile(bytes)?;
+        let pre = vfs_linker
+            .instantiate_pre(&component)
+            .map_err(wasmtime_err)?;
+        let timing = time_instantiations(|| {
+            let mut store = runtime.vfs_store(fs.clone(), stele_host::SandboxLimits::default());
+            pre.instantiate(&mut store).map_err(wasmtime_err)?;
+            Ok(())
+        })?;
+        rows.push((name, host, bytes.len(), compile_ms, timing));
+    }
+
+    // The async build also imports `vfs-async`, which only Stele's sandboxed WAL links: time
+    // what a user does, a sandboxed `Wal::create` (instantiation plus a new log's header, file
+    // sync and directory sync), against the same for the plain build.
+    let (_, async_compile_ms) = compile(COMPONENT_ASYNC_WASM)?;
+    let options = WalOptions::single_file(DurabilityPolicy::FullSync);
+    for (name, mode, bytes, compile_ms) in [
+        (
+            "stele-async.wasm",
+            Mode::Sandboxed,
+            COMPONENT_ASYNC_WASM,
+            async_compile_ms,
+        ),
+        (
+            "stele.wasm",
+            Mode::SandboxedPlain,
+            COMPONENT_WASM,
+            rows[0].3,
+        ),
+    ] {
+        let log = format!("bench-instantiate-{}.wal", mode.name());
+        let timing = time_instantiations(|| {
+            let _ = std::fs::remove_file(dir.join(&log));
+            drop(Wal::create(fs.clone(), &log, options, mode)?);
+            Ok(())
+        })?;
+        let _ = std::fs::remove_file(dir.join(&log));
+        let host = if mode == Mode::Sandboxed {
+            "Wal::create, sandboxed (+ new log, 2 syncs)"
+        } else {
+            "Wal::create, sandboxed-plain (+ new log, 2 syncs)"
+        };
+        rows.push((name, host, bytes.len(), compile_ms, timing));
+    }
+
+    // The composed engine under wasmtime-wasi alone, with one preopened directory.
+    let (component, compile_ms) = compile(STELE_WASI_WASM)?;
+    let mut linker = Linker::<WasiOnly>::new(engine);
+    wasmtime_wasi::p2::add_to_linker_sync(&mut linker).map_err(wasmtime_err)?;
+    let pre = linker.instantiate_pre(&component).map_err(wasmtime_err)?;
+    let timing = time_instantiations(|| {
+        let mut ctx = wasmtime_wasi::WasiCtx::builder();
+        ctx.preopened_dir(dir, "/", wasmtime_wasi::FsPerms::ReadWrite)
+            .map_err(wasmtime_err)?;
+        let mut store = wasmtime::Store::new(
+            engine,
+            WasiOnly {
+                ctx: ctx.build(),
+                table: ResourceTable::new(),
+            },
+        );
+        // The runtime's engine checks epochs; put this store's deadline out of reach.
+        store.set_epoch_deadline(u64::MAX / 2);
+        pre.instantiate(&mut store).map_err(wasmtime_err)?;
+        Ok(())
+    })?;
+    rows.push((
+        "stele-wasi.wasm",
+        "wasmtime-wasi alone, 1 preopen",
+        STELE_WASI_WASM.len(),
+        compile_ms,
+        timing,
+    ));
+
+    println!(
+        "\nComponents: size, compile time (once) and instantiation (fresh store each time, from \
+         a pre-linked InstancePre; median and p99 of {INSTANTIATIONS}).\n"
+    );
+    println!("| component | host | bytes | compile ms | instantiate p50 µs | p99 µs |");
+    println!("|---|---|---:|---:|---:|---:|");
+    for (name, host, bytes, compile_ms, (p50, p99)) in &rows {
+        println!("| {name} | {host} | {bytes} | {compile_ms:.0} | {p50:.0} | {p99:.0} |");
     }
     Ok(())
 }

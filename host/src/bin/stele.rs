@@ -94,7 +94,7 @@ enum Command {
             long,
             value_enum,
             value_delimiter = ',',
-            default_value = "wal,segments,non-durable,recovery,journal,push-log"
+            default_value = "wal,segments,non-durable,recovery,journal,push-log,components"
         )]
         workloads: Vec<bench::Workload>,
         /// Journal appends per system.
