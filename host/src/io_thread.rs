@@ -5,13 +5,14 @@
 //! about 60 µs here (two per group: 120 µs, about the price of the fdatasync itself).
 //!
 //! A dedicated thread still costs a wake-up each way: a channel round trip between two parked
-//! threads measured 77 µs on this 2-core VM, and it is what is left between a lone sandboxed
-//! writer and a native one (small writes run inline, and a lone thread runs its own call; see
-//! `sandbox_async`). Tried and rejected:
-//! - running the sync inline when only one call is outstanding: a sync in progress then blocks
-//!   the whole instance (stats, visibility, new calls staging into the next group), which is the
-//!   property the async imports exist to provide; `a_failed_sync_reaches_all_16_waiting_tasks`
-//!   deadlocks on it;
+//! threads measured 77 µs on this 2-core VM. So it is used only where it buys concurrency:
+//! small writes run inline, and so does all I/O of a lone thread serving its own call (see
+//! `sandbox_async`), since no other call can enter the instance until that call ends anyway.
+//! Tried and rejected:
+//! - running the sync inline whenever only one call is outstanding, in the dispatcher's
+//!   sessions too: a sync in progress then blocks the whole instance (stats, visibility, new
+//!   calls staging into the next group), which is the property the async imports exist to
+//!   provide; `a_failed_sync_reaches_all_16_waiting_tasks` deadlocks on it;
 //! - spinning instead of parking (this thread between jobs, the serving thread while it waits):
 //!   a lone writer's p50 came within 7% of native, but at 64 writers the spinning took the CPU
 //!   the callers needed (0.65x native, from 1.1x) and p99 doubled.

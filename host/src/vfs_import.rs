@@ -224,6 +224,12 @@ async fn run_io<R: Send + 'static>(
     }
 }
 
+/// Where an async import's blocking work runs: the instance's I/O thread, unless the
+/// instance has none or is serving a lone call ([`GuestState::io_inline`]).
+fn io_thread(state: &GuestState) -> Option<crate::io_thread::IoThread> {
+    state.io.clone().filter(|_| !state.io_inline)
+}
+
 /// Takes what an async import needs out of the store: the file (shared) and the instance's I/O
 /// thread, if any. Nothing is held across the await.
 fn file_and_io<T>(
@@ -233,7 +239,7 @@ fn file_and_io<T>(
     accessor.with(|mut access| {
         let state = access.get();
         state.touch();
-        Ok((state.table.get(file)?.file.clone(), state.io.clone()))
+        Ok((state.table.get(file)?.file.clone(), io_thread(state)))
     })
 }
 
@@ -287,7 +293,7 @@ impl<T: Send + 'static> wit_async::HostWithStore<T> for HasSelf<GuestState> {
         let (vfs, io) = accessor.with(|mut access| {
             let state = access.get();
             state.touch();
-            (state.vfs.clone(), state.io.clone())
+            (state.vfs.clone(), io_thread(state))
         });
         async move {
             let synced = run_io(io, move || vfs.sync_dir(&path)).await?;

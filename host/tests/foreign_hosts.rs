@@ -239,6 +239,119 @@ fn wasmtime_wasi_alone_appends_and_recovers() {
     assert_read_back_by_stele(&dir.path().join("log.wal"), RECORDS);
 }
 
+#[test]
+fn wasmtime_wasi_alone_runs_segments_and_the_journal() {
+    const RECORDS: usize = 300;
+    const ABSORBED: u64 = 200;
+    let dir = tempfile::tempdir().unwrap();
+    let engine = Engine::default();
+    let component = Component::from_file(&engine, STELE_WASI_WASM).unwrap();
+    let (mut store, instance) = instantiate(&engine, &component, dir.path());
+
+    // A segmented WAL exercises the rest of the adapter: create-dir, list-dir, set-len (the
+    // preallocation), the checkpoint's rename and remove (truncation), and sync-dir.
+    let options = WalOptions {
+        segment_bytes: Some(8192),
+        ..wit_options()
+    };
+    let wal = instance.stele_log_wal().writer();
+    let writer = wal
+        .call_create(&mut store, "seg", options)
+        .unwrap()
+        .unwrap();
+    for i in 0..RECORDS {
+        wal.call_commit_durable(&mut store, writer, 1, &payload(i))
+            .unwrap()
+            .unwrap();
+    }
+    let segments = wal.call_segments(&mut store, writer).unwrap();
+    // About 110 records fit in an 8 KiB segment: three segments, two rotations.
+    assert!(segments.len() >= 3, "8 KiB segments rotated: {segments:?}");
+    wal.call_checkpoint(&mut store, writer, ABSORBED)
+        .unwrap()
+        .unwrap();
+    let truncation = wal
+        .call_truncate_through(&mut store, writer, ABSORBED)
+        .unwrap()
+        .unwrap();
+    assert!(truncation.segments_removed > 0, "{truncation:?}");
+    writer.resource_drop(&mut store).unwrap();
+    let (writer, recovery) = wal.call_open(&mut store, "seg", options).unwrap().unwrap();
+    assert_eq!(recovery.next_seq, RECORDS as u64 + 1);
+    writer.resource_drop(&mut store).unwrap();
+    // Stele's own reader agrees, from the first kept record on.
+    let (read, end) = cli_dump(&dir.path().join("seg"));
+    let first_kept = truncation.first_kept_seq;
+    let expected: Vec<(u64, String)> = (first_kept..=RECORDS as u64)
+        .map(|seq| (seq, String::from_utf8(payload(seq as usize - 1)).unwrap()))
+        .collect();
+    assert_eq!(read, expected, "the segments the stele CLI reads");
+    assert_eq!(end["next_seq"], RECORDS as u64 + 1, "{end}");
+
+    // The journal: its lock is the adapter's in-instance exclusion.
+    let journal = instance.stele_log_journal().writer();
+    let set = |key: &str, value: &str| {
+        stele::journal::encode_frames(&[stele::journal::JournalOp::Set {
+            key: key.into(),
+            value: value.into(),
+        }])
+    };
+    let first = journal.call_open(&mut store, "j").unwrap().unwrap();
+    let second = journal.call_open(&mut store, "j").unwrap();
+    assert!(
+        matches!(
+            second,
+            Err(bindings::exports::stele::log::journal::JournalError::Locked(_))
+        ),
+        "a second writer in the same instance: {second:?}"
+    );
+    for (key, value) in [("colour", "red"), ("size", "9"), ("colour", "blue")] {
+        journal
+            .call_append(&mut store, first, &set(key, value))
+            .unwrap()
+            .unwrap();
+    }
+    journal
+        .call_compact(&mut store, first, &set("colour", "blue"))
+        .unwrap()
+        .unwrap();
+    journal
+        .call_append(&mut store, first, &set("shape", "round"))
+        .unwrap()
+        .unwrap();
+    first.resource_drop(&mut store).unwrap();
+    let reopened = journal.call_open(&mut store, "j").unwrap();
+    assert!(
+        reopened.is_ok(),
+        "the lock went with the writer: {reopened:?}"
+    );
+    reopened.unwrap().resource_drop(&mut store).unwrap();
+    drop(store);
+
+    let run = common::stele_run(
+        None,
+        &[
+            "journal",
+            "dump",
+            "--json",
+            dir.path().join("j").to_str().unwrap(),
+        ],
+    );
+    assert_eq!(run.code, Some(0), "{}", run.stderr);
+    let state: serde_json::Value = run
+        .stdout
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+        .find(|row| row.get("state").is_some())
+        .unwrap_or_else(|| panic!("no state line: {}", run.stdout));
+    assert_eq!(
+        state["state"],
+        serde_json::json!({"colour": "blue", "shape": "round"}),
+        "{}",
+        run.stdout
+    );
+}
+
 /// `node` and `npm`, or `None` after a loud message.
 fn node_and_npm() -> Option<()> {
     let works = |cmd: &str| {

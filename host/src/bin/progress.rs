@@ -7,7 +7,6 @@ use std::path::Path;
 use std::sync::Arc;
 
 use anyhow::{Context, Result};
-
 use indicatif::{ProgressBar, ProgressStyle};
 use stele::vfs::{OpenMode, SyncKind, Vfs, VfsError, VfsFile, VfsLock};
 
