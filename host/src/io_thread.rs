@@ -13,6 +13,11 @@
 //!   sessions too: a sync in progress then blocks the whole instance (stats, visibility, new
 //!   calls staging into the next group), which is the property the async imports exist to
 //!   provide; `a_failed_sync_reaches_all_16_waiting_tasks` deadlocks on it;
+//! - serving a lone tokio task's call on its own worker inside `block_in_place`, as a lone
+//!   thread does: tasks at N=1 went from 0.41-0.53x to 0.80-0.93x native, but the instance is
+//!   then closed for the whole sync, and the same test deadlocks (its sync waits for 16 tasks
+//!   to stage, which a real disk never does, but it stands for a slow sync during which other
+//!   tasks must still stage and read);
 //! - spinning instead of parking (this thread between jobs, the serving thread while it waits):
 //!   a lone writer's p50 came within 7% of native, but at 64 writers the spinning took the CPU
 //!   the callers needed (0.65x native, from 1.1x) and p99 doubled.
