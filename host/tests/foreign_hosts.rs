@@ -56,11 +56,7 @@ fn native_bytes(records: usize) -> Vec<u8> {
 fn cli_dump(path: &Path) -> (Vec<(u64, String)>, serde_json::Value) {
     let run = common::stele_run(None, &["wal", "dump", "--json", path.to_str().unwrap()]);
     assert_eq!(run.code, Some(0), "stele wal dump: {}", run.stderr);
-    let mut rows: Vec<serde_json::Value> = run
-        .stdout
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
-        .collect();
+    let mut rows = common::json_lines(&run.stdout);
     let end = rows.pop().expect("dump prints an end line");
     let records = rows
         .iter()
@@ -338,10 +334,8 @@ fn wasmtime_wasi_alone_runs_segments_and_the_journal() {
         ],
     );
     assert_eq!(run.code, Some(0), "{}", run.stderr);
-    let state: serde_json::Value = run
-        .stdout
-        .lines()
-        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+    let state = common::json_lines(&run.stdout)
+        .into_iter()
         .find(|row| row.get("state").is_some())
         .unwrap_or_else(|| panic!("no state line: {}", run.stdout));
     assert_eq!(

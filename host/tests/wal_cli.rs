@@ -7,12 +7,6 @@ use std::time::Duration;
 
 mod common;
 
-fn json_lines(text: &str) -> Vec<serde_json::Value> {
-    text.lines()
-        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
-        .collect()
-}
-
 #[test]
 fn append_from_arguments_and_stdin_then_dump_and_tail() {
     let dir = tempfile::tempdir().unwrap();
@@ -51,7 +45,7 @@ fn append_from_arguments_and_stdin_then_dump_and_tail() {
 
     let run = common::stele_run(Some(dir.path()), &["wal", "dump", "--json", "log"]);
     assert_eq!(run.code, Some(0), "{}", run.stderr);
-    let rows = json_lines(&run.stdout);
+    let rows = common::json_lines(&run.stdout);
     assert_eq!(rows.len(), 3002 + 1);
     assert_eq!(
         (rows[0]["seq"].as_u64(), rows[0]["text"].as_str()),
@@ -66,7 +60,7 @@ fn append_from_arguments_and_stdin_then_dump_and_tail() {
         Some(dir.path()),
         &["wal", "tail", "-n", "2", "--json", "log"],
     );
-    let rows = json_lines(&run.stdout);
+    let rows = common::json_lines(&run.stdout);
     let seqs: Vec<u64> = rows.iter().map(|r| r["seq"].as_u64().unwrap()).collect();
     assert_eq!(seqs, [3000, 3001]);
 }
@@ -131,7 +125,7 @@ fn journal_dump_and_push_log_scan_take_json() {
         assert_eq!(run.code, Some(0), "{}", run.stderr);
     }
     let run = common::stele_run(root, &["journal", "dump", "--json", "j"]);
-    let rows = json_lines(&run.stdout);
+    let rows = common::json_lines(&run.stdout);
     assert_eq!(rows.len(), 3 + 2, "{}", run.stdout);
     assert_eq!(rows[2]["op"], "delete");
     assert_eq!(rows[3]["state"], serde_json::json!({"colour": "blue"}));
@@ -141,7 +135,7 @@ fn journal_dump_and_push_log_scan_take_json() {
     let run = common::stele_run(root, &["push-log", "append", "p", "in.csv"]);
     assert_eq!(run.code, Some(0), "{}", run.stderr);
     let run = common::stele_run(root, &["push-log", "scan", "--json", "p"]);
-    let rows = json_lines(&run.stdout);
+    let rows = common::json_lines(&run.stdout);
     assert_eq!(
         rows[0]["rows"],
         serde_json::json!([{"n": 1, "name": "a"}, {"n": 2, "name": "b"}])

@@ -92,11 +92,7 @@ impl Row {
         self.records as f64 / self.seconds
     }
     fn percentile(&self, p: f64) -> f64 {
-        let mut v = self.latencies_us.clone();
-        v.sort_by(|a, b| a.total_cmp(b));
-        v.get(((v.len() as f64 - 1.0) * p).round() as usize)
-            .copied()
-            .unwrap_or(0.0)
+        percentile(&self.latencies_us, p)
     }
 }
 
@@ -1101,11 +1097,13 @@ impl wasmtime_wasi::WasiView for WasiOnly {
     }
 }
 
-/// Median and p99 of `samples` (µs), sorted in place.
-fn median_p99(samples: &mut [f64]) -> (f64, f64) {
-    samples.sort_by(f64::total_cmp);
-    let at = |p: f64| samples[((samples.len() - 1) as f64 * p).round() as usize];
-    (at(0.5), at(0.99))
+/// The `p` quantile (0 to 1) of `samples`, by nearest rank; 0 when there are none.
+fn percentile(samples: &[f64], p: f64) -> f64 {
+    let mut v = samples.to_vec();
+    v.sort_by(f64::total_cmp);
+    v.get(((v.len() as f64 - 1.0) * p).round() as usize)
+        .copied()
+        .unwrap_or(0.0)
 }
 
 /// One row of the components table: component, host, bytes, compile ms, (p50, p99) µs.
@@ -1120,7 +1118,7 @@ fn time_instantiations(mut instantiate: impl FnMut() -> Result<()>) -> Result<(f
         instantiate()?;
         samples.push(started.elapsed().as_secs_f64() * 1e6);
     }
-    Ok(median_p99(&mut samples))
+    Ok((percentile(&samples, 0.5), percentile(&samples, 0.99)))
 }
 
 /// Each component's size, compile time (once, with the engine's configuration: Cranelift,

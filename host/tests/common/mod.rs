@@ -32,3 +32,11 @@ pub fn stele_in(dir: Option<&Path>, args: &[&str]) -> (bool, String) {
     let run = stele_run(dir, args);
     (run.code == Some(0), format!("{}{}", run.stdout, run.stderr))
 }
+
+/// Parses `stele ... --json` output: one JSON value per line.
+#[allow(dead_code)] // not every suite that includes this module reads JSON
+pub fn json_lines(text: &str) -> Vec<serde_json::Value> {
+    text.lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+        .collect()
+}
