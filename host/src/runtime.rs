@@ -205,10 +205,6 @@ pub struct GuestState {
     pub(crate) table: ResourceTable,
     /// Runs the async imports' blocking work; present in async instances only.
     pub(crate) io: Option<crate::io_thread::IoThread>,
-    /// Run the async imports' work inline even though there is an I/O thread: set while a lone
-    /// thread serves its own call, when nothing else can enter the instance until that call
-    /// ends, so a hop to the I/O thread would only add two wake-ups.
-    pub(crate) io_inline: bool,
     pub(crate) open_files: usize,
     pub(crate) open_files_max: usize,
     /// Bumped on every import call and every call into the guest: the busy deadline's sign
@@ -297,7 +293,6 @@ impl Runtime {
             vfs,
             table: ResourceTable::new(),
             io,
-            io_inline: false,
             open_files: 0,
             open_files_max: limits.open_files_max,
             // One ahead of what the watch has seen: the store's first call counts as a touch.

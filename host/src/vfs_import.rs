@@ -210,8 +210,9 @@ fn sync_kind(kind: wit::SyncKind) -> SyncKind {
     }
 }
 
-/// Runs an async import's blocking work: on the instance's I/O thread if it has one, so that
-/// the store keeps running the guest's other calls meanwhile; inline otherwise. Only instances
+/// Runs an async import's blocking work: posted to the instance's I/O thread if it has one
+/// (the store's driver then runs it there or on its own thread, see `io_thread`), so that the
+/// store keeps running the guest's other calls meanwhile; inline otherwise. Only instances
 /// driven from a thread that is there to block (the journal's, on tokio's blocking pool) have
 /// no I/O thread: a hop to another thread would only add a wake-up each way.
 async fn run_io<R: Send + 'static>(
@@ -224,10 +225,8 @@ async fn run_io<R: Send + 'static>(
     }
 }
 
-/// Where an async import's blocking work runs: the instance's I/O thread, unless the
-/// instance has none or is serving a lone call ([`GuestState::io_inline`]).
 fn io_thread(state: &GuestState) -> Option<crate::io_thread::IoThread> {
-    state.io.clone().filter(|_| !state.io_inline)
+    state.io.clone()
 }
 
 /// Takes what an async import needs out of the store: the file (shared) and the instance's I/O

@@ -253,8 +253,97 @@ fn cancelled_waiters_lose_nothing(mode: Mode) {
     );
 }
 
+/// A lone caller runs its own group's sync (sandboxed: on its own thread, no hop to the I/O
+/// thread), yet the instance stays open meanwhile: while that sync is held at the gate, other
+/// threads read stats, commit, and stage a durable commit into the next group.
+fn a_lone_callers_sync_leaves_the_instance_open(mode: Mode) {
+    if mode == Mode::SandboxedPlain {
+        // Serialized calls: see a_failed_sync_reaches_all_16_waiting_tasks.
+        return;
+    }
+    let (_fault, vfs, gate) = gated();
+    let wal = Wal::create(vfs, "o.wal", options(), mode).unwrap();
+    gate.close_gate();
+    std::thread::scope(|s| {
+        let lone = s.spawn(|| wal.commit_durable(1, &payload(0, 0, 40)));
+        let stats = until_visible_blocking(&wal, 1);
+        assert_eq!(
+            stats.durable_end,
+            LogSeq(0),
+            "the lone call's sync is still held"
+        );
+        assert_eq!(wal.commit(1, &payload(1, 0, 40)).unwrap(), LogSeq(1));
+        let next_group = s.spawn(|| wal.commit_durable(1, &payload(2, 0, 40)));
+        let stats = until_visible_blocking(&wal, 3);
+        assert_eq!(stats.durable_end, LogSeq(0));
+        assert!(!lone.is_finished(), "answered before its sync returned");
+        gate.open_gate();
+        assert_eq!(lone.join().unwrap().unwrap(), LogSeq(0));
+        assert_eq!(next_group.join().unwrap().unwrap(), LogSeq(2));
+    });
+    assert_eq!(wal.stats().unwrap().durable_end, LogSeq(3));
+    drop(wal);
+}
+
+/// Waits (polling `stats`, bounded) until `visible` records are staged; returns those stats.
+fn until_visible_blocking(wal: &Wal, visible: u64) -> stele::wal::WalWriterStats {
+    for _ in 0..100_000 {
+        let stats = wal.stats().unwrap();
+        if stats.visible_end.0 >= visible {
+            return stats;
+        }
+        std::thread::yield_now();
+    }
+    panic!("records were never staged");
+}
+
+/// On a current-thread runtime a lone task drives the instance from its own future while its
+/// sync runs on the I/O thread. Dropping that future mid-sync hands the run to the dispatcher:
+/// the record still becomes durable, and the instance keeps serving.
+fn a_dropped_driver_hands_its_calls_over(mode: Mode) {
+    if mode != Mode::Sandboxed {
+        // Only the async-ABI instance has callers that drive it.
+        return;
+    }
+    let (fault, vfs, gate) = gated();
+    let wal = Wal::create(vfs, "d.wal", options(), mode)
+        .unwrap()
+        .to_async();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        gate.close_gate();
+        let dropped = tokio::time::timeout(
+            std::time::Duration::from_millis(100),
+            wal.commit_durable(1, &payload(0, 0, 40)),
+        )
+        .await;
+        assert!(dropped.is_err(), "the sync was held: {dropped:?}");
+        assert_eq!(wal.stats().await.unwrap().visible_end, LogSeq(1));
+        gate.open_gate();
+        wal.flush().await.unwrap();
+        assert_eq!(wal.stats().await.unwrap().durable_end, LogSeq(1));
+        assert_eq!(
+            wal.commit_durable(1, &payload(1, 0, 40)).await.unwrap(),
+            LogSeq(1)
+        );
+    });
+    drop(wal);
+    let vfs: Arc<dyn Vfs> = Arc::new(fault.crash(stele_host::fs::CrashPlan::KeepPrefix { ops: 0 }));
+    let (records, _) = read_wal(vfs, "d.wal", mode).unwrap();
+    assert_eq!(
+        records.len(),
+        2,
+        "the dropped caller's record survives a power loss"
+    );
+}
+
 every_mode!(
     tasks_64_x_200_durable_commits,
+    a_lone_callers_sync_leaves_the_instance_open,
+    a_dropped_driver_hands_its_calls_over,
     threads_and_tasks_share_one_writer,
     a_failed_sync_reaches_all_16_waiting_tasks,
     cancelled_waiters_lose_nothing,
