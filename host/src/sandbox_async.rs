@@ -228,7 +228,7 @@ impl AsyncSandbox {
         &self,
         make: impl FnOnce(Reply<T>) -> Request,
     ) -> Result<T, WalError> {
-        self.drive(make, RunIo::for_this_task())?.await
+        self.drive(make, RunIo::for_this_caller())?.await
     }
 
     /// [`Self::request`] for synchronous callers (threads). It blocks the calling thread, and
@@ -239,11 +239,7 @@ impl AsyncSandbox {
         &self,
         make: impl FnOnce(Reply<T>) -> Request,
     ) -> Result<T, WalError> {
-        let run_io = match tokio::runtime::Handle::try_current() {
-            Ok(_) => RunIo::for_this_task(),
-            Err(_) => RunIo::Here,
-        };
-        futures::executor::block_on(self.drive(make, run_io)?)
+        futures::executor::block_on(self.drive(make, RunIo::for_this_caller())?)
     }
 
     /// Queues a request and decides who serves it: this caller, if no other call is
@@ -295,22 +291,23 @@ impl Shared {
     /// The instance, to drive: a parked run, or a new run of the idle session. `None` while
     /// someone else drives it, or once it has stopped.
     fn take_run(&self) -> Option<Run> {
-        let mut instance = lock(&self.instance);
-        match std::mem::replace(&mut *instance, Instance::Driven) {
-            Instance::Idle(session) => Some(session.run(self.calls_outstanding.clone())),
-            Instance::Parked(run) => Some(run),
-            other => {
-                *instance = other;
-                None
-            }
-        }
+        self.take(true)
     }
 
     /// Takes back a run this driver parked, unless the dispatcher took it meanwhile.
     fn reclaim(&self) -> Option<Run> {
+        self.take(false)
+    }
+
+    /// A parked run, or (if `start_idle`) a new run of the idle session; the instance is then
+    /// driven.
+    fn take(&self, start_idle: bool) -> Option<Run> {
         let mut instance = lock(&self.instance);
         match std::mem::replace(&mut *instance, Instance::Driven) {
             Instance::Parked(run) => Some(run),
+            Instance::Idle(session) if start_idle => {
+                Some(session.run(self.calls_outstanding.clone()))
+            }
             other => {
                 *instance = other;
                 None
@@ -363,7 +360,8 @@ enum RunIo {
 }
 
 impl RunIo {
-    fn for_this_task() -> RunIo {
+    /// A thread outside tokio blocks where it is; inside tokio, the runtime's flavour decides.
+    fn for_this_caller() -> RunIo {
         match tokio::runtime::Handle::try_current().map(|h| h.runtime_flavor()) {
             Ok(tokio::runtime::RuntimeFlavor::MultiThread) => RunIo::InPlace,
             Ok(_) => RunIo::OnIoThread,
@@ -542,7 +540,7 @@ impl<T> Drop for Drive<'_, T> {
 }
 
 /// Runs posted I/O on this tokio worker, inside `block_in_place`. Where tokio refuses that
-/// (a `LocalSet`, say, which `RunIo::for_this_task` cannot tell apart) it panics before
+/// (a `LocalSet`, say, which `RunIo::for_this_caller` cannot tell apart) it panics before
 /// running anything: the work then goes to the I/O thread instead.
 fn run_in_place(posted: PostedIo, io: &IoThread) {
     let mut posted = Some(posted);

@@ -225,10 +225,6 @@ async fn run_io<R: Send + 'static>(
     }
 }
 
-fn io_thread(state: &GuestState) -> Option<crate::io_thread::IoThread> {
-    state.io.clone()
-}
-
 /// Takes what an async import needs out of the store: the file (shared) and the instance's I/O
 /// thread, if any. Nothing is held across the await.
 fn file_and_io<T>(
@@ -238,7 +234,7 @@ fn file_and_io<T>(
     accessor.with(|mut access| {
         let state = access.get();
         state.touch();
-        Ok((state.table.get(file)?.file.clone(), io_thread(state)))
+        Ok((state.table.get(file)?.file.clone(), state.io.clone()))
     })
 }
 
@@ -292,7 +288,7 @@ impl<T: Send + 'static> wit_async::HostWithStore<T> for HasSelf<GuestState> {
         let (vfs, io) = accessor.with(|mut access| {
             let state = access.get();
             state.touch();
-            (state.vfs.clone(), io_thread(state))
+            (state.vfs.clone(), state.io.clone())
         });
         async move {
             let synced = run_io(io, move || vfs.sync_dir(&path)).await?;
