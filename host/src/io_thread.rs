@@ -3,10 +3,11 @@
 //!
 //! An async import does not start its work: it *posts* it and awaits the result. When the
 //! store's poll ends, whoever polled it (its driver, see `sandbox_async`) takes what was posted
-//! and either runs it on the dedicated thread ([`IoThread::send_posted`]) or runs it itself
-//! ([`PostedIo::run_here`]), after putting the store where the dispatcher can pick it up should
-//! another call arrive. A lone caller thus runs its own sync with no wake-up at all, and the
-//! instance still serves the calls that arrive during that sync.
+//! and runs it itself ([`PostedIo::run_here`]), after parking the store so that a call arriving
+//! meanwhile takes it and is served during the I/O: a lone caller, a thread whose call awaits a
+//! sync, or the dispatcher thread. The dedicated thread ([`IoThread::send_posted`]) runs it only
+//! for a task on a current-thread runtime (which must not block its only worker), behind work
+//! already sent there, and when the dispatcher was woken just as it was about to block.
 //!
 //! Why a dedicated thread and not `spawn_blocking`: each hop through tokio's blocking pool cost
 //! about 60 µs here (two per group: 120 µs, about the price of the fdatasync itself). A
@@ -118,6 +119,11 @@ impl IoThread {
             return None;
         }
         Some(PostedIo(std::mem::take(&mut *posted)))
+    }
+
+    /// Work was posted and nobody has taken it yet.
+    pub fn has_posted(&self) -> bool {
+        !lock(&self.lane.posted).is_empty()
     }
 
     /// Sends the work posted during the poll that just ended to the thread. If the thread is

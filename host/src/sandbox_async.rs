@@ -3,29 +3,43 @@
 //! `Store::run_concurrent` owns the store while guest tasks are in flight. A [`Run`] is one
 //! such serving: a future that owns the [`Session`] (the store and the request queue), starts
 //! every request it finds queued, and gives the session back once nothing is queued or in
-//! flight. Whoever polls a run is its *driver*; a run may change drivers between polls:
+//! flight. Whoever polls a run is its *driver*; a run changes drivers between polls, and is
+//! never held by a driver that waits: between polls it is *parked* ([`Instance::Parked`]), so
+//! the next caller to arrive takes it and starts its own call at once.
 //!
-//! - **A lone caller** (no other call outstanding, the instance idle) drives the run itself,
-//!   on its own thread or tokio task, and runs the I/O the run posts ([`IoThread`]) itself too.
-//!   It saves every wake-up of a round trip through other threads: two to the dispatcher and
-//!   two to the I/O thread, 38 µs each on this 2-core VM. Tokio tasks at N=1 went from
-//!   0.41x-0.53x native to 0.70x-0.80x.
-//! - **The dispatcher thread**, woken by a caller that did not drive, drives until nothing is
-//!   queued or in flight, and sends the I/O to the instance's I/O thread, so that it keeps
-//!   serving while a sync runs.
+//! - **Every caller drives** when it finds the run parked (or the instance idle): it polls the
+//!   run until the run waits on something, parks it, and waits for its answer. The run's wakes
+//!   go to its last driver (its *parker*), which takes the run again when woken; a parker that
+//!   leaves first wakes the dispatcher to listen in its place.
+//! - **Whoever drives when a sync is posted runs it**, with the run parked meanwhile, so that
+//!   callers arriving during the sync take the run and stage into the next group:
+//!   - a lone caller (no other call outstanding), on its own thread or tokio task: a durable
+//!     commit then costs no wake-up at all (tokio tasks at N=1 went from 0.41x-0.53x native to
+//!     0.70x-0.80x);
+//!   - a thread whose own call awaits a sync (a durable commit, a flush): it would only wait
+//!     otherwise, as the native leader does;
+//!   - otherwise the dispatcher thread, woken by the caller that parked the run with the sync
+//!     posted. It takes the run back after the sync, answers the group and runs the next
+//!     group's sync, so groups follow each other with no wake-up in between. A call that does
+//!     not await a sync (`stats`, a non-durable commit) never waits for one, and a task never
+//!     blocks its worker unless it is alone. (When the dispatcher sent every sync to the I/O
+//!     thread and every caller woke the dispatcher, a group paid about four wake-ups of 38 µs
+//!     on this 2-core VM.)
+//! - **A group waits for the threads it answered** ([`Departures`]), as the native leader
+//!   does: without it, the first thread back led a group of itself.
 //!
-//! The hand-offs keep the instance open to every caller at all times:
-//! - While a lone caller runs a sync itself, its run is *parked* ([`Instance::Parked`]): a call
-//!   that arrives meanwhile wakes the dispatcher, which takes the run over, so the new call
-//!   stages into the next group (and `stats` answers) during the sync. The lone caller takes
-//!   the run back after the sync unless the dispatcher did.
-//! - Once a lone caller has its own answer, it parks whatever is still in flight and wakes the
-//!   dispatcher: it does not go on serving others.
-//! - A lone caller whose future is dropped mid-run parks the run the same way.
+//! Wakes are never lost: a run is either polled (its driver sees the wake and polls again
+//! before it blocks on I/O, see [`PollAgain`]), parked by a driver that listens for it (a
+//! waiting caller, or the dispatcher), parked by a driver running I/O (its wakes go to the
+//! dispatcher meanwhile, see [`BUSY`]), or being taken by someone who polls it next. A caller
+//! whose future is dropped mid-run, or that leaves while its run's wakes come to it, wakes the
+//! dispatcher to listen instead. The one delay left: a wake that comes to the dispatcher while
+//! it runs a sync (the end of a [`Departures`] hold on a run it parked) waits for that sync;
+//! callers that arrive meanwhile still take the run themselves.
 //!
 //! Single-record commits travel as one-record batches, so there is one request kind per
 //! behaviour. Durable calls (`commit-many-durable`, `flush`) become concurrent guest tasks:
-//! while one leads and awaits the host's sync (on the I/O thread, or its lone caller's), the run
+//! while one leads and awaits the host's sync (run by one of its callers, or the dispatcher), the run
 //! starts the next requests, which stage into the next group. (Small writes run inline: see
 //! `WRITE_INLINE_BYTES_MAX` in `vfs_import`. Every export of `wal-async` is an `async func`: a
 //! store with async host functions accepts only async-lifted calls.)
@@ -45,7 +59,7 @@ use std::future::Future;
 use std::ops::Range;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU8, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, PoisonError};
 use std::task::{Context, Poll, Waker};
 
@@ -69,7 +83,86 @@ use crate::runtime::bindings_async::exports::stele::log::wal as wit;
 use crate::runtime::{GuestState, Runtime, SandboxLimits, trap_error};
 use crate::{SandboxError, WalError};
 
-type Reply<T> = oneshot::Sender<Result<T, WalError>>;
+/// Where a call's answer goes.
+pub(crate) struct Reply<T> {
+    sender: oneshot::Sender<Result<T, WalError>>,
+    /// Set for a blocked thread: the run holds the instance until it has taken its answer.
+    departures: Option<Arc<Departures>>,
+}
+
+impl<T> Reply<T> {
+    fn send(self, result: Result<T, WalError>) {
+        if let Some(departures) = &self.departures {
+            departures.answered();
+        }
+        // A caller that stopped waiting only stops listening: nothing to undo.
+        if self.sender.send(result).is_err()
+            && let Some(departures) = &self.departures
+        {
+            departures.left();
+        }
+    }
+}
+
+/// Answers sent to blocked threads and not yet taken. While there are any, no run is polled
+/// (see [`HeldForDepartures`]); the calls those threads make next are started together once
+/// the last is back, and join the group the calls already waiting are in.
+///
+/// Why: a group's callers are answered together, but each has to wake to take its answer, and
+/// the first back would otherwise lead a group of itself and whoever had staged. The native
+/// thread driver waits the same way (`GroupCommit::departing_waiters`). Starting each call as
+/// it arrives does not do: a leader's gathering round resumes before the new call stages in
+/// the same turn, ends quiet, and the group splits (2.7 records per fsync at N=4, against 3.5
+/// holding everything). Only threads count: a thread always wakes on its answer, where a task
+/// may be kept unpolled by its owner.
+#[derive(Default)]
+struct Departures {
+    untaken: AtomicUsize,
+    /// The last driver held back, woken once every answer is taken.
+    held: Mutex<Option<Waker>>,
+}
+
+impl Departures {
+    fn answered(&self) {
+        self.untaken.fetch_add(1, Ordering::SeqCst);
+    }
+
+    fn left(&self) {
+        if self.untaken.fetch_sub(1, Ordering::SeqCst) == 1
+            && let Some(held) = lock(&self.held).take()
+        {
+            held.wake();
+        }
+    }
+
+    fn poll_all_left(&self, cx: &mut Context<'_>) -> Poll<()> {
+        if self.untaken.load(Ordering::SeqCst) == 0 {
+            return Poll::Ready(());
+        }
+        *lock(&self.held) = Some(cx.waker().clone());
+        // `left` may have found no waker to wake just before it was stored.
+        if self.untaken.load(Ordering::SeqCst) == 0 {
+            lock(&self.held).take();
+            return Poll::Ready(());
+        }
+        Poll::Pending
+    }
+}
+
+/// A run that is not polled while threads have answers to take: see [`Departures`].
+struct HeldForDepartures<F> {
+    departures: Arc<Departures>,
+    run: Pin<Box<F>>,
+}
+
+impl<F: Future> Future for HeldForDepartures<F> {
+    type Output = F::Output;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
+        std::task::ready!(self.departures.poll_all_left(cx));
+        self.run.as_mut().poll(cx)
+    }
+}
 
 pub(crate) enum Request {
     CommitManyDurable {
@@ -108,6 +201,16 @@ pub(crate) enum Request {
     },
 }
 
+impl Request {
+    /// The call is answered only after a sync has returned.
+    fn awaits_sync(&self) -> bool {
+        matches!(
+            self,
+            Request::CommitManyDurable { .. } | Request::Flush { .. }
+        )
+    }
+}
+
 /// The handle callers hold. Dropping it stops the dispatcher thread (after it has served
 /// what is queued) and drops the instance.
 pub(crate) struct AsyncSandbox {
@@ -124,25 +227,34 @@ struct Shared {
     io: IoThread,
     /// Why the instance stopped, once it has (a trap).
     stopped: Mutex<Option<SandboxError>>,
-    /// Wakes the dispatcher thread: a caller sent a request it does not drive, or the handle
-    /// was dropped.
-    wake: Mutex<Wake>,
-    woken: Condvar,
+    /// Wakes the dispatcher thread: a run it parked woke, a caller left a run to it, or the
+    /// handle was dropped.
+    wake: Arc<DispatcherWake>,
+    /// Numbers the [`Drive`]s, from 1.
+    next_driver: AtomicU64,
+    departures: Arc<Departures>,
 }
 
 /// Where the instance is.
 enum Instance {
     /// Nobody is serving it: the next driver starts a run.
     Idle(Box<Session>),
-    /// A run with calls in flight that nobody is polling: its lone caller is running the run's
-    /// I/O itself (and takes it back after), or has its answer and left the rest to the
-    /// dispatcher.
-    Parked(Run),
+    /// A run with calls in flight that nobody is polling. Its `parker` polled it last, so the
+    /// run's wakes go to it: it takes the run back when woken (after running the run's I/O, if
+    /// it parked to do that), or, if it leaves first, wakes the dispatcher to listen instead.
+    /// Any caller that arrives meanwhile takes the run and starts its own call.
+    Parked { run: Run, parker: DriverId },
     /// Someone is polling a run (or the log is still being opened).
     Driven,
     /// The instance trapped; `Shared::stopped` says why.
     Stopped,
 }
+
+/// Who parked a run: [`DISPATCHER`], or a [`Drive`] (numbered from 1).
+type DriverId = u64;
+
+/// The dispatcher thread's [`DriverId`].
+const DISPATCHER: DriverId = 0;
 
 /// A session being served: owns it, and gives it back with the outcome once nothing is queued
 /// or in flight. `Send`, so that it can change drivers between polls.
@@ -152,6 +264,49 @@ type Run = Pin<Box<dyn Future<Output = (Box<Session>, Result<(), SandboxError>)>
 struct Wake {
     pending: bool,
     closing: bool,
+}
+
+/// The dispatcher thread's wake-up, and the waker it polls runs with.
+#[derive(Default)]
+struct DispatcherWake {
+    state: Mutex<Wake>,
+    woken: Condvar,
+}
+
+impl DispatcherWake {
+    fn notify(&self, set: impl FnOnce(&mut Wake)) {
+        set(&mut lock(&self.state));
+        self.woken.notify_one();
+    }
+
+    /// Takes the wake that came since the last one was taken, if any.
+    fn take_pending(&self) -> bool {
+        std::mem::take(&mut lock(&self.state).pending)
+    }
+
+    /// Sleeps until woken; `true` once the handle was dropped. After that (`closing_seen`), it
+    /// sleeps until woken by a run.
+    fn wait(&self, closing_seen: bool) -> bool {
+        let mut wake = lock(&self.state);
+        while !wake.pending && (closing_seen || !wake.closing) {
+            wake = self
+                .woken
+                .wait(wake)
+                .unwrap_or_else(PoisonError::into_inner);
+        }
+        wake.pending = false;
+        wake.closing
+    }
+}
+
+impl std::task::Wake for DispatcherWake {
+    fn wake(self: Arc<Self>) {
+        self.wake_by_ref();
+    }
+
+    fn wake_by_ref(self: &Arc<Self>) {
+        self.notify(|w| w.pending = true);
+    }
 }
 
 /// The instance and everything needed to serve it, handed from thread to thread.
@@ -190,8 +345,9 @@ impl AsyncSandbox {
             instance: Mutex::new(Instance::Driven),
             io,
             stopped: Mutex::new(None),
-            wake: Mutex::new(Wake::default()),
-            woken: Condvar::new(),
+            wake: Arc::default(),
+            next_driver: AtomicU64::new(DISPATCHER + 1),
+            departures: Arc::default(),
         });
         let (opened, opened_rx) = std::sync::mpsc::channel();
         let path = path.to_owned();
@@ -228,7 +384,7 @@ impl AsyncSandbox {
         &self,
         make: impl FnOnce(Reply<T>) -> Request,
     ) -> Result<T, WalError> {
-        self.drive(make, RunIo::for_this_caller())?.await
+        self.drive(make, RunIo::for_this_caller(), false)?.await
     }
 
     /// [`Self::request`] for synchronous callers (threads). It blocks the calling thread, and
@@ -239,46 +395,55 @@ impl AsyncSandbox {
         &self,
         make: impl FnOnce(Reply<T>) -> Request,
     ) -> Result<T, WalError> {
-        futures::executor::block_on(self.drive(make, RunIo::for_this_caller())?)
+        futures::executor::block_on(self.drive(make, RunIo::for_this_caller(), true)?)
     }
 
-    /// Queues a request and decides who serves it: this caller, if no other call is
-    /// outstanding and the instance is idle; the dispatcher otherwise.
+    /// Queues a request and takes the instance to serve it, unless someone is polling it (that
+    /// driver then starts the request: the queue wakes it).
     fn drive<T>(
         &self,
         make: impl FnOnce(Reply<T>) -> Request,
         run_io: RunIo,
+        blocked_thread: bool,
     ) -> Result<Drive<'_, T>, WalError> {
-        let (reply, answer) = oneshot::channel();
-        let alone = self.shared.send(make(reply))?;
-        let run = if alone { self.shared.take_run() } else { None };
-        if run.is_none() {
-            self.shared.wake_dispatcher(|w| w.pending = true);
-        }
+        let (sender, answer) = oneshot::channel();
+        let departures = blocked_thread.then(|| self.shared.departures.clone());
+        let request = make(Reply {
+            sender,
+            departures: departures.clone(),
+        });
+        let awaits_sync = request.awaits_sync();
+        self.shared.send(request)?;
         Ok(Drive {
             shared: &self.shared,
-            run,
+            run: self.shared.take_run(),
             answer,
+            departures,
             run_io,
-            poll_again: Arc::default(),
+            awaits_sync,
+            poll_again: Arc::new(PollAgain::new(self.shared.wake.clone())),
+            id: self.shared.next_driver.fetch_add(1, Ordering::Relaxed),
         })
     }
 }
 
 impl Shared {
-    /// Queues a request; `true` when no other call was outstanding.
-    fn send(&self, request: Request) -> Result<bool, WalError> {
-        let others = self.calls_outstanding.fetch_add(1, Ordering::SeqCst);
+    fn send(&self, request: Request) -> Result<(), WalError> {
+        self.calls_outstanding.fetch_add(1, Ordering::SeqCst);
         if self.requests.send(request).is_err() {
             self.calls_outstanding.fetch_sub(1, Ordering::SeqCst);
             return Err(self.stopped_error());
         }
-        Ok(others == 0)
+        Ok(())
+    }
+
+    /// No call but the asker's is outstanding.
+    fn alone(&self) -> bool {
+        self.calls_outstanding.load(Ordering::SeqCst) <= 1
     }
 
     fn wake_dispatcher(&self, set: impl FnOnce(&mut Wake)) {
-        set(&mut lock(&self.wake));
-        self.woken.notify_one();
+        self.wake.notify(set);
     }
 
     fn stopped_error(&self) -> WalError {
@@ -304,9 +469,9 @@ impl Shared {
     fn take(&self, start_idle: bool) -> Option<Run> {
         let mut instance = lock(&self.instance);
         match std::mem::replace(&mut *instance, Instance::Driven) {
-            Instance::Parked(run) => Some(run),
+            Instance::Parked { run, .. } => Some(run),
             Instance::Idle(session) if start_idle => {
-                Some(session.run(self.calls_outstanding.clone()))
+                Some(session.run(self.calls_outstanding.clone(), self.departures.clone()))
             }
             other => {
                 *instance = other;
@@ -315,8 +480,13 @@ impl Shared {
         }
     }
 
-    fn park(&self, run: Run) {
-        *lock(&self.instance) = Instance::Parked(run);
+    fn park(&self, run: Run, parker: DriverId) {
+        *lock(&self.instance) = Instance::Parked { run, parker };
+    }
+
+    /// The run is parked, and its wakes go to `driver`.
+    fn parked_by(&self, driver: DriverId) -> bool {
+        matches!(*lock(&self.instance), Instance::Parked { parker, .. } if parker == driver)
     }
 
     /// A run ended: the session goes back, or, if the instance trapped, the reason is kept
@@ -333,15 +503,44 @@ impl Shared {
         }
     }
 
-    /// The dispatcher's turn: drives the instance on this thread if nobody else does, until
-    /// nothing is queued or in flight. A request sent while a run was ending, by a caller that
-    /// found the instance driven, would wait for nobody: so after a run, look again.
-    fn serve_until_idle(&self) {
-        while let Some(run) = self.take_run() {
-            let (session, outcome) = block_on_sending_io(run, &self.io);
-            self.finish(session, outcome);
-            if self.calls_outstanding.load(Ordering::SeqCst) == 0 {
-                return;
+    /// The dispatcher's turn: drives the instance on this thread while it can take it, running
+    /// the I/O the run posts itself, with the run parked meanwhile (so that callers arriving
+    /// during a sync take it and stage into the next group). It stops when the run is someone
+    /// else's, or parked waiting on nothing it can do: the run's wakes then come to `waker`.
+    fn serve(&self, waker: &Waker) {
+        let mut cx = Context::from_waker(waker);
+        let mut run = self.take_run();
+        while let Some(mut polled) = run.take() {
+            match polled.as_mut().poll(&mut cx) {
+                Poll::Ready((session, outcome)) => {
+                    self.finish(session, outcome);
+                    if self.calls_outstanding.load(Ordering::SeqCst) == 0 {
+                        return;
+                    }
+                    run = self.take_run();
+                }
+                // Woken during the poll (a call arrived that found the run driven, say): poll
+                // again before anything blocks, so that nothing waits on this thread.
+                Poll::Pending if self.wake.take_pending() => run = Some(polled),
+                Poll::Pending => match self.io.take_posted() {
+                    Some(posted) => {
+                        self.park(polled, DISPATCHER);
+                        if self.wake.take_pending() {
+                            // Woken just before the park: whoever woke it may be waiting on
+                            // this thread, so the I/O goes to the I/O thread instead.
+                            self.io.send(posted);
+                        } else {
+                            posted.run_here();
+                        }
+                        run = self.reclaim();
+                    }
+                    None => {
+                        // Work posted behind the I/O thread's (an `OnIoThread` driver's) goes
+                        // there too, in order.
+                        self.io.send_posted();
+                        self.park(polled, DISPATCHER);
+                    }
+                },
             }
         }
     }
@@ -370,29 +569,37 @@ impl RunIo {
     }
 }
 
-/// One caller's wait for its answer, driving the instance's run meanwhile if it holds it.
+/// One caller's wait for its answer, driving the instance's run whenever it can take it.
 struct Drive<'a, T> {
     shared: &'a Shared,
     run: Option<Run>,
     answer: oneshot::Receiver<Result<T, WalError>>,
+    /// Set for a blocked thread until it has taken its answer.
+    departures: Option<Arc<Departures>>,
     run_io: RunIo,
+    /// The call is answered only after a sync: its caller may as well run syncs.
+    awaits_sync: bool,
     poll_again: Arc<PollAgain>,
+    id: DriverId,
 }
 
 impl<T> Drive<'_, T> {
     /// Leaves the run, with whatever is still in flight in it, to the dispatcher.
     fn hand_off(&mut self) {
         if let Some(run) = self.run.take() {
-            self.shared.io.send_posted();
-            self.shared.park(run);
+            self.shared.park(run, self.id);
             self.shared.wake_dispatcher(|w| w.pending = true);
         }
     }
 
     fn answered(
-        &self,
+        &mut self,
         answer: Result<Result<T, WalError>, oneshot::error::RecvError>,
     ) -> Result<T, WalError> {
+        // Counted only once sent: a reply dropped unsent (the instance stopped) was not.
+        if let (Some(departures), Ok(_)) = (self.departures.take(), &answer) {
+            departures.left();
+        }
         answer.unwrap_or_else(|_| Err(self.shared.stopped_error()))
     }
 }
@@ -431,8 +638,13 @@ impl<T> Future for Drive<'_, T> {
 const POLLS_PER_WAKE_MAX: usize = 64;
 
 impl<T> Drive<'_, T> {
-    /// One pass: drives the run until it needs something to happen, then looks at the answer.
+    /// One pass: takes the run if nobody else holds it, drives it until it needs something to
+    /// happen, parks it, then looks at the answer.
     fn poll_once(&mut self, cx: &mut Context<'_>) -> Poll<Result<T, WalError>> {
+        if self.run.is_none() {
+            self.run = self.shared.take_run();
+        }
+        let mut repolls = 0;
         while let Some(run) = self.run.as_mut() {
             if let Poll::Ready((session, outcome)) = run.as_mut().poll(cx) {
                 self.run = None;
@@ -449,28 +661,71 @@ impl<T> Drive<'_, T> {
                 self.hand_off();
                 return Poll::Ready(self.answered(answer));
             }
-            let posted = match self.run_io {
-                RunIo::OnIoThread => None,
-                RunIo::Here | RunIo::InPlace => self.shared.io.take_posted(),
-            };
-            let Some(posted) = posted else {
-                self.shared.io.send_posted();
-                return Poll::Pending;
+            if repolls < POLLS_PER_WAKE_MAX && self.poll_again.take_woken() {
+                // The run woke during this pass (a call arrived that found it driven, say):
+                // poll again before anything blocks, so that nothing waits on this driver.
+                repolls += 1;
+                continue;
+            }
+            let run = self.run.take().expect("the loop holds a run");
+            let Some(posted) = self.posted_io_to_run_here() else {
+                // Parked, not held, while this caller waits: the run's wakes come here, but a
+                // caller that arrives meanwhile starts its call at once, and the driver of a
+                // sync that ends takes the run straight back.
+                self.shared.park(run, self.id);
+                if self.shared.io.has_posted() {
+                    // A sync this caller is not to run: the dispatcher runs it.
+                    self.shared.wake_dispatcher(|w| w.pending = true);
+                }
+                break;
             };
             // Run the posted I/O (the leader's sync) here, with the run parked meanwhile: a call
-            // that arrives during the sync wakes the dispatcher, which takes the run over and
-            // stages that call into the next group.
-            let run = self.run.take().expect("the loop holds a run");
-            self.shared.park(run);
+            // that arrives during the sync takes the run and stages into the next group, and
+            // the run's wakes go to the dispatcher (see `BUSY`).
+            self.shared.park(run, self.id);
+            if self.poll_again.busy() {
+                self.shared.wake_dispatcher(|w| w.pending = true);
+            }
+            RUNNING_OWN_IO.set(true);
             match self.run_io {
                 RunIo::InPlace => run_in_place(posted, &self.shared.io),
                 RunIo::Here | RunIo::OnIoThread => posted.run_here(),
             }
+            RUNNING_OWN_IO.set(false);
+            self.poll_again.done_busy();
             self.run = self.shared.reclaim();
         }
         Pin::new(&mut self.answer)
             .poll(cx)
             .map(|answer| self.answered(answer))
+    }
+
+    /// The I/O the run just posted, if this driver is to run it: a lone caller runs its own
+    /// sync (no wake-up at all), and a thread whose call awaits a sync runs any (it would only
+    /// wait otherwise, and handing the sync over costs a wake-up on the group's path). Other
+    /// callers leave it to the dispatcher: a call that does not await a sync (`stats`, a
+    /// non-durable commit) must not wait for one, and a tokio task would block its worker. A
+    /// current-thread runtime's task sends the I/O to the I/O thread.
+    fn posted_io_to_run_here(&self) -> Option<PostedIo> {
+        match self.run_io {
+            RunIo::OnIoThread => {
+                self.shared.io.send_posted();
+                None
+            }
+            RunIo::Here if self.awaits_sync || self.shared.alone() => self.take_posted_in_order(),
+            RunIo::InPlace if self.shared.alone() => self.take_posted_in_order(),
+            RunIo::Here | RunIo::InPlace => None,
+        }
+    }
+
+    /// The posted I/O, unless it must queue behind I/O the thread is still running for this
+    /// instance: then it goes there, in order.
+    fn take_posted_in_order(&self) -> Option<PostedIo> {
+        let posted = self.shared.io.take_posted();
+        if posted.is_none() {
+            self.shared.io.send_posted();
+        }
+        posted
     }
 }
 
@@ -479,17 +734,50 @@ impl<T> Drive<'_, T> {
 /// marks the poll to be repeated; later wakes go to the executor's waker. Passing every wake
 /// on made tokio end each commit's poll by requeueing the task and waking an idle worker for
 /// it (an eventfd write and a context switch per commit).
-#[derive(Default)]
 struct PollAgain {
     state: AtomicU8,
     executor: futures::task::AtomicWaker,
+    /// Where wakes go while the driver runs I/O ([`BUSY`]).
+    dispatcher: Arc<DispatcherWake>,
 }
 
 const IDLE: u8 = 0;
 const POLLING: u8 = 1;
 const WOKEN: u8 = 2;
+/// The driver is running the run's I/O, with the run parked: a wake (a call that arrived
+/// while it polled, the end of a hold) goes to the dispatcher, which takes the run meanwhile.
+const BUSY: u8 = 3;
+
+thread_local! {
+    /// This thread is a driver running its run's I/O (see [`BUSY`]).
+    static RUNNING_OWN_IO: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
 
 impl PollAgain {
+    fn new(dispatcher: Arc<DispatcherWake>) -> PollAgain {
+        PollAgain {
+            state: AtomicU8::new(IDLE),
+            executor: futures::task::AtomicWaker::new(),
+            dispatcher,
+        }
+    }
+
+    /// A wake came during this pass; the pass goes on as if it had not (polling again).
+    fn take_woken(&self) -> bool {
+        self.state
+            .compare_exchange(WOKEN, POLLING, Ordering::SeqCst, Ordering::SeqCst)
+            .is_ok()
+    }
+
+    /// The driver is about to run I/O; `true` if a wake came since [`Self::take_woken`].
+    fn busy(&self) -> bool {
+        self.state.swap(BUSY, Ordering::SeqCst) == WOKEN
+    }
+
+    fn done_busy(&self) {
+        self.state.store(POLLING, Ordering::SeqCst);
+    }
+
     fn begin(&self, executor: &Waker) {
         self.executor.register(executor);
         self.state.store(POLLING, Ordering::SeqCst);
@@ -522,20 +810,35 @@ impl std::task::Wake for PollAgain {
     }
 
     fn wake_by_ref(self: &Arc<Self>) {
-        if let Err(IDLE) =
-            self.state
-                .compare_exchange(POLLING, WOKEN, Ordering::SeqCst, Ordering::SeqCst)
+        match self
+            .state
+            .compare_exchange(POLLING, WOKEN, Ordering::SeqCst, Ordering::SeqCst)
         {
-            self.executor.wake();
+            Err(IDLE) => self.executor.wake(),
+            // Its own I/O finishing: the driver polls the run right after, no one else need.
+            Err(BUSY) if RUNNING_OWN_IO.get() => {}
+            Err(BUSY) => self.dispatcher.notify(|w| w.pending = true),
+            _ => {}
         }
     }
 }
 
 impl<T> Drop for Drive<'_, T> {
-    /// A caller that stops waiting mid-run leaves the run to the dispatcher: the calls in it,
-    /// its own included, still complete (see the module doc).
+    /// A caller that leaves (answered, or its future dropped mid-run) hands the run to the
+    /// dispatcher if the run's wakes would otherwise come to it: the calls in the run, its own
+    /// included, still complete (see the module doc).
     fn drop(&mut self) {
-        self.hand_off();
+        if let Some(departures) = self.departures.take() {
+            self.answer.close();
+            if self.answer.try_recv().is_ok() {
+                departures.left();
+            }
+        }
+        if self.run.is_some() {
+            self.hand_off();
+        } else if self.shared.parked_by(self.id) {
+            self.shared.wake_dispatcher(|w| w.pending = true);
+        }
     }
 }
 
@@ -575,24 +878,22 @@ impl Drop for AsyncSandbox {
     }
 }
 
-/// The dispatcher thread, once the log is open: serves the instance whenever a caller wakes
-/// it, until the handle is dropped.
+/// The dispatcher thread, once the log is open: serves the instance whenever a run it parked
+/// wakes or a caller leaves a run to it, until the handle is dropped and nothing is in flight.
 fn dispatch(shared: &Shared) {
+    let waker = Waker::from(shared.wake.clone());
+    let mut closing = false;
     loop {
-        let closing = {
-            let mut wake = lock(&shared.wake);
-            while !wake.pending && !wake.closing {
-                wake = shared
-                    .woken
-                    .wait(wake)
-                    .unwrap_or_else(PoisonError::into_inner);
-            }
-            wake.pending = false;
-            wake.closing
-        };
-        shared.serve_until_idle();
-        if closing {
-            // Runs end with nothing in flight, so nothing staged is abandoned here.
+        closing = shared.wake.wait(closing);
+        shared.serve(&waker);
+        // Guest tasks whose callers stopped listening may still be in flight: a record they
+        // staged becomes durable with its group, so the instance stops only once idle.
+        if closing
+            && matches!(
+                *lock(&shared.instance),
+                Instance::Idle(_) | Instance::Stopped
+            )
+        {
             *lock(&shared.instance) = Instance::Stopped;
             return;
         }
@@ -618,10 +919,7 @@ type Task<'a> = Pin<Box<dyn Future<Output = Answer> + Send + 'a>>;
 type Answer = Box<dyn FnOnce() + Send>;
 
 fn answer_with<T: Send + 'static>(reply: Reply<T>, result: Result<T, WalError>) -> Answer {
-    Box::new(move || {
-        // A caller that stopped waiting only stops listening: nothing to undo.
-        let _ = reply.send(result);
-    })
+    Box::new(move || reply.send(result))
 }
 
 /// Instantiates the component in `store` and creates or opens the log: the session every
@@ -671,11 +969,18 @@ fn open_session(
 impl Session {
     /// A run of this session: serves every request it finds queued, until nothing is queued
     /// or in flight.
-    fn run(self: Box<Self>, calls_outstanding: Arc<AtomicUsize>) -> Run {
-        Box::pin(async move {
-            let mut session = self;
-            let outcome = session.serve(&calls_outstanding).await;
-            (session, outcome)
+    fn run(
+        self: Box<Self>,
+        calls_outstanding: Arc<AtomicUsize>,
+        departures: Arc<Departures>,
+    ) -> Run {
+        Box::pin(HeldForDepartures {
+            departures,
+            run: Box::pin(async move {
+                let mut session = self;
+                let outcome = session.serve(&calls_outstanding).await;
+                (session, outcome)
+            }),
         })
     }
 

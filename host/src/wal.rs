@@ -4,8 +4,8 @@
 //! - [`Mode::Native`]: the engine ([`stele::wal::WalWriter`]) is called directly; concurrent
 //!   threads share group commits.
 //! - [`Mode::Sandboxed`]: the engine runs in the async-ABI component. One instance serves every
-//!   thread and task through a dispatcher (see `sandbox_async`), and concurrent durable commits
-//!   share syncs exactly as native threads do.
+//!   thread and task, driven by the callers themselves and a dispatcher thread (see
+//!   `sandbox_async`), and concurrent durable commits share syncs exactly as native threads do.
 //! - [`Mode::SandboxedPlain`]: the plain WASI 0.2 component. Calls on one instance are
 //!   serialized; each durable commit syncs on its own.
 //!
