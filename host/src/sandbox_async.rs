@@ -39,8 +39,8 @@
 //!
 //! Single-record commits travel as one-record batches, so there is one request kind per
 //! behaviour. Durable calls (`commit-many-durable`, `flush`) become concurrent guest tasks:
-//! while one leads and awaits the host's sync (run by one of its callers, or the dispatcher), the run
-//! starts the next requests, which stage into the next group. (Small writes run inline: see
+//! while one leads and awaits the host's sync (run by one of its callers, or the dispatcher),
+//! the run starts the next requests, which stage into the next group. (Small writes run inline: see
 //! `WRITE_INLINE_BYTES_MAX` in `vfs_import`. Every export of `wal-async` is an `async func`: a
 //! store with async host functions accepts only async-lifted calls.)
 //!
@@ -857,7 +857,8 @@ fn run_in_place(posted: PostedIo, io: &IoThread) {
 }
 
 /// Polls `run` to its end on this thread, sending the I/O it posts to the I/O thread after
-/// every poll: the dispatcher's way, which keeps the instance served while a sync runs.
+/// every poll: how the dispatcher instantiates the component and opens the log, before any
+/// caller can drive the instance.
 fn block_on_sending_io<F: Future>(run: F, io: &IoThread) -> F::Output {
     let mut run = std::pin::pin!(run);
     futures::executor::block_on(std::future::poll_fn(|cx| {
