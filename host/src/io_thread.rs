@@ -111,14 +111,19 @@ impl IoThread {
     }
 
     /// The work posted during the poll that just ended, for the driver to run on its own
-    /// thread; `None` if there is none, or if the thread still has work of this instance in
-    /// progress (then it goes to the thread, behind that work).
-    pub fn take_posted(&self) -> Option<PostedIo> {
-        let mut posted = lock(&self.lane.posted);
-        if posted.is_empty() || self.lane.on_thread.load(Ordering::SeqCst) > 0 {
+    /// thread; `None` if there is none. If the thread still has work of this instance in
+    /// progress, the posted work is sent there instead, behind it (one file's writes and syncs
+    /// run in the order the guest issued them), and this is `None` too.
+    pub fn take_posted_in_order(&self) -> Option<PostedIo> {
+        let posted = PostedIo(std::mem::take(&mut *lock(&self.lane.posted)));
+        if posted.0.is_empty() {
             return None;
         }
-        Some(PostedIo(std::mem::take(&mut *posted)))
+        if self.lane.on_thread.load(Ordering::SeqCst) > 0 {
+            self.send(posted);
+            return None;
+        }
+        Some(posted)
     }
 
     /// Work was posted and nobody has taken it yet.
@@ -133,7 +138,8 @@ impl IoThread {
         self.send(PostedIo(posted));
     }
 
-    /// Sends work taken with [`Self::take_posted`] to the thread after all, in its order.
+    /// Sends work taken with [`Self::take_posted_in_order`] to the thread after all, in its
+    /// order.
     pub fn send(&self, posted: PostedIo) {
         for job in posted.0 {
             self.lane.on_thread.fetch_add(1, Ordering::SeqCst);

@@ -40,9 +40,15 @@
 //! Single-record commits travel as one-record batches, so there is one request kind per
 //! behaviour. Durable calls (`commit-many-durable`, `flush`) become concurrent guest tasks:
 //! while one leads and awaits the host's sync (run by one of its callers, or the dispatcher),
-//! the run starts the next requests, which stage into the next group. (Small writes run inline: see
-//! `WRITE_INLINE_BYTES_MAX` in `vfs_import`. Every export of `wal-async` is an `async func`: a
-//! store with async host functions accepts only async-lifted calls.)
+//! the run starts the next requests, which stage into the next group. (Small writes run inline:
+//! see `WRITE_INLINE_BYTES_MAX` in `vfs_import`. Every export of `wal-async` is an `async func`:
+//! a store with async host functions accepts only async-lifted calls.)
+//!
+//! Durable commits that are queued together (the callers a group answered, back at once) start
+//! as one `commit-batches-durable` call, up to one group's bytes ([`gather_durable_commits`]):
+//! each batch keeps its own seqs and its own outcome, and the group pays for one guest task
+//! instead of one per caller. Measured at N=16 threads, 0.79x and 0.90x native records/s
+//! against 0.61x and 0.75x with a task per caller (two alternated runs).
 //!
 //! Answers go out in bursts: the calls one group completes finish about one per turn of the
 //! store, and the run collects them all before it sends any answer (turns continue while
@@ -315,6 +321,8 @@ struct Session {
     bindings: EngineAsync,
     writer: ResourceAny,
     queue: mpsc::UnboundedReceiver<Request>,
+    /// The writer's group bound: how many bytes of durable commits one guest call gathers.
+    max_group_bytes: usize,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -442,8 +450,8 @@ impl Shared {
         self.calls_outstanding.load(Ordering::SeqCst) <= 1
     }
 
-    fn wake_dispatcher(&self, set: impl FnOnce(&mut Wake)) {
-        self.wake.notify(set);
+    fn wake_dispatcher(&self) {
+        self.wake.notify(|w| w.pending = true);
     }
 
     fn stopped_error(&self) -> WalError {
@@ -522,7 +530,9 @@ impl Shared {
                 // Woken during the poll (a call arrived that found the run driven, say): poll
                 // again before anything blocks, so that nothing waits on this thread.
                 Poll::Pending if self.wake.take_pending() => run = Some(polled),
-                Poll::Pending => match self.io.take_posted() {
+                // Work posted behind the I/O thread's (an `OnIoThread` driver's) goes there
+                // too, in order.
+                Poll::Pending => match self.io.take_posted_in_order() {
                     Some(posted) => {
                         self.park(polled, DISPATCHER);
                         if self.wake.take_pending() {
@@ -534,12 +544,7 @@ impl Shared {
                         }
                         run = self.reclaim();
                     }
-                    None => {
-                        // Work posted behind the I/O thread's (an `OnIoThread` driver's) goes
-                        // there too, in order.
-                        self.io.send_posted();
-                        self.park(polled, DISPATCHER);
-                    }
+                    None => self.park(polled, DISPATCHER),
                 },
             }
         }
@@ -588,7 +593,7 @@ impl<T> Drive<'_, T> {
     fn hand_off(&mut self) {
         if let Some(run) = self.run.take() {
             self.shared.park(run, self.id);
-            self.shared.wake_dispatcher(|w| w.pending = true);
+            self.shared.wake_dispatcher();
         }
     }
 
@@ -652,7 +657,7 @@ impl<T> Drive<'_, T> {
                 // A call sent as the run was ending found the instance driven, and left it to
                 // this driver: pass it on.
                 if self.shared.calls_outstanding.load(Ordering::SeqCst) > 0 {
-                    self.shared.wake_dispatcher(|w| w.pending = true);
+                    self.shared.wake_dispatcher();
                 }
                 break;
             }
@@ -675,7 +680,7 @@ impl<T> Drive<'_, T> {
                 self.shared.park(run, self.id);
                 if self.shared.io.has_posted() {
                     // A sync this caller is not to run: the dispatcher runs it.
-                    self.shared.wake_dispatcher(|w| w.pending = true);
+                    self.shared.wake_dispatcher();
                 }
                 break;
             };
@@ -684,7 +689,7 @@ impl<T> Drive<'_, T> {
             // the run's wakes go to the dispatcher (see `BUSY`).
             self.shared.park(run, self.id);
             if self.poll_again.busy() {
-                self.shared.wake_dispatcher(|w| w.pending = true);
+                self.shared.wake_dispatcher();
             }
             RUNNING_OWN_IO.set(true);
             match self.run_io {
@@ -712,20 +717,12 @@ impl<T> Drive<'_, T> {
                 self.shared.io.send_posted();
                 None
             }
-            RunIo::Here if self.awaits_sync || self.shared.alone() => self.take_posted_in_order(),
-            RunIo::InPlace if self.shared.alone() => self.take_posted_in_order(),
+            RunIo::Here if self.awaits_sync || self.shared.alone() => {
+                self.shared.io.take_posted_in_order()
+            }
+            RunIo::InPlace if self.shared.alone() => self.shared.io.take_posted_in_order(),
             RunIo::Here | RunIo::InPlace => None,
         }
-    }
-
-    /// The posted I/O, unless it must queue behind I/O the thread is still running for this
-    /// instance: then it goes there, in order.
-    fn take_posted_in_order(&self) -> Option<PostedIo> {
-        let posted = self.shared.io.take_posted();
-        if posted.is_none() {
-            self.shared.io.send_posted();
-        }
-        posted
     }
 }
 
@@ -837,7 +834,7 @@ impl<T> Drop for Drive<'_, T> {
         if self.run.is_some() {
             self.hand_off();
         } else if self.shared.parked_by(self.id) {
-            self.shared.wake_dispatcher(|w| w.pending = true);
+            self.shared.wake_dispatcher();
         }
     }
 }
@@ -872,7 +869,7 @@ fn block_on_sending_io<F: Future>(run: F, io: &IoThread) -> F::Output {
 
 impl Drop for AsyncSandbox {
     fn drop(&mut self) {
-        self.shared.wake_dispatcher(|w| w.closing = true);
+        self.shared.wake.notify(|w| w.closing = true);
         if let Some(thread) = self.dispatcher.take() {
             let _ = thread.join();
         }
@@ -916,11 +913,50 @@ fn answer<T, U>(
 /// A started guest call. It resolves to its answer, which the session sends (see the loop).
 type Task<'a> = Pin<Box<dyn Future<Output = Answer> + Send + 'a>>;
 
-/// A finished guest call's answer, not yet sent to its caller.
-type Answer = Box<dyn FnOnce() + Send>;
+/// A finished guest call's answers, not yet sent to their callers. Sending them returns how
+/// many calls they answer.
+type Answer = Box<dyn FnOnce() -> usize + Send>;
 
 fn answer_with<T: Send + 'static>(reply: Reply<T>, result: Result<T, WalError>) -> Answer {
-    Box::new(move || reply.send(result))
+    Box::new(move || {
+        reply.send(result);
+        1
+    })
+}
+
+/// Sends each caller of a `commit-batches-durable` call its own batch's outcome; returns how
+/// many were answered. A trap answers every caller with it, and so does a component that
+/// answers a different number of batches than it was given (it is not Stele's guest, or it
+/// is broken: which batch an outcome belongs to is then unknown).
+fn answer_batches(
+    replies: Vec<Reply<Range<LogSeq>>>,
+    result: wasmtime::Result<Vec<Result<wit::SeqRange, wit::WalError>>>,
+) -> usize {
+    let answered = replies.len();
+    let outcomes = match result {
+        Ok(outcomes) if outcomes.len() == answered => outcomes,
+        Ok(outcomes) => {
+            let error = SandboxError::Trapped(format!(
+                "the component answered {} outcomes for {answered} batches",
+                outcomes.len()
+            ));
+            for reply in replies {
+                reply.send(Err(error.clone().into()));
+            }
+            return answered;
+        }
+        Err(trap) => {
+            let error: WalError = trap_error(trap).into();
+            for reply in replies {
+                reply.send(Err(error.clone()));
+            }
+            return answered;
+        }
+    };
+    for (reply, outcome) in replies.into_iter().zip(outcomes) {
+        reply.send(answer(Ok(outcome), from_wit_range));
+    }
+    answered
 }
 
 /// Instantiates the component in `store` and creates or opens the log: the session every
@@ -962,6 +998,7 @@ fn open_session(
             bindings,
             writer,
             queue,
+            max_group_bytes: options.resolved_max_group_bytes(),
         }),
         recovery,
     ))
@@ -992,8 +1029,10 @@ impl Session {
             bindings,
             writer,
             queue,
+            max_group_bytes,
         } = self;
         let writer = *writer;
+        let max_group_bytes = *max_group_bytes;
         let outcome = store
             .run_concurrent(async |acc| {
                 let writer_api = &bindings.stele_log_wal_async().writer();
@@ -1027,8 +1066,8 @@ impl Session {
                                     }
                                 }
                                 for send in answers {
-                                    send();
-                                    calls_outstanding.fetch_sub(1, Ordering::SeqCst);
+                                    let answered = send();
+                                    calls_outstanding.fetch_sub(answered, Ordering::SeqCst);
                                 }
                                 continue;
                             }
@@ -1039,8 +1078,9 @@ impl Session {
                     // leader then sees all of them staged in its first round.
                     let queued = std::iter::from_fn(|| queue.try_recv().ok());
                     acc.with(|mut access| access.data_mut().touch());
-                    for request in std::iter::once(first).chain(queued) {
-                        in_flight.push(start(acc, writer_api, writer, request));
+                    let requests = std::iter::once(first).chain(queued);
+                    for call in gather_durable_commits(requests, max_group_bytes) {
+                        in_flight.push(start(acc, writer_api, writer, call));
                     }
                 }
             })
@@ -1049,13 +1089,99 @@ impl Session {
     }
 }
 
-/// Starts one request as a guest task.
+/// What one guest call serves: one request, or the durable commits of several callers.
+enum Call {
+    One(Request),
+    DurableBatches(DurableBatches),
+}
+
+/// Durable commits of several callers that reached the instance together, for one
+/// `commit-batches-durable` call. Each caller's batch keeps its own seqs and its own answer;
+/// what the gathering saves is a guest task per caller (about 16 µs of the async ABI's CPU
+/// each, on the group's critical path).
+struct DurableBatches {
+    batches: Vec<Vec<wit::CommitRecord>>,
+    replies: Vec<Reply<Range<LogSeq>>>,
+    encoded_bytes: usize,
+}
+
+/// Groups the non-empty durable commits among `requests` into calls of at most one group's
+/// worth of records (more would be split across groups anyway, and each call's lifted copy in
+/// the guest's memory stays bounded by the group bound); the other requests are started as
+/// they are, in their order. An empty batch stays a call of its own: alone, it is answered at
+/// once, without waiting for anyone's group.
+fn gather_durable_commits(
+    requests: impl Iterator<Item = Request>,
+    max_group_bytes: usize,
+) -> Vec<Call> {
+    let mut calls = Vec::new();
+    // Where in `calls` the durable commits still taking batches are.
+    let mut gathering: Option<usize> = None;
+    for request in requests {
+        let (records, reply) = match request {
+            Request::CommitManyDurable { records, reply } if !records.is_empty() => {
+                (records, reply)
+            }
+            other => {
+                calls.push(Call::One(other));
+                continue;
+            }
+        };
+        let bytes = records
+            .iter()
+            .map(|r| stele::wal::record::encoded_len(r.payload.len()))
+            .sum::<usize>();
+        if let Some(Call::DurableBatches(open)) = gathering.map(|at| &mut calls[at])
+            && open.encoded_bytes + bytes <= max_group_bytes
+        {
+            open.batches.push(records);
+            open.replies.push(reply);
+            open.encoded_bytes += bytes;
+            continue;
+        }
+        gathering = Some(calls.len());
+        calls.push(Call::DurableBatches(DurableBatches {
+            batches: vec![records],
+            replies: vec![reply],
+            encoded_bytes: bytes,
+        }));
+    }
+    // A gathering of one is an ordinary commit.
+    calls
+        .into_iter()
+        .map(|call| match call {
+            Call::DurableBatches(mut one) if one.replies.len() == 1 => {
+                Call::One(Request::CommitManyDurable {
+                    records: one.batches.pop().expect("one batch per reply"),
+                    reply: one.replies.pop().expect("one reply"),
+                })
+            }
+            call => call,
+        })
+        .collect()
+}
+
+/// Starts one call as a guest task.
 fn start<'a>(
     acc: &'a wasmtime::component::Accessor<GuestState>,
     writer_api: &'a crate::runtime::bindings_async::exports::stele::log::wal_async::GuestWriter<'a>,
     writer: ResourceAny,
-    request: Request,
+    call: Call,
 ) -> Task<'a> {
+    let request = match call {
+        Call::One(request) => request,
+        Call::DurableBatches(DurableBatches {
+            batches, replies, ..
+        }) => {
+            return Box::pin(async move {
+                let r = writer_api
+                    .call_commit_batches_durable(acc, writer, batches)
+                    .await;
+                let send: Answer = Box::new(move || answer_batches(replies, r));
+                send
+            });
+        }
+    };
     match request {
         Request::CommitManyDurable { records, reply } => Box::pin(async move {
             let r = writer_api
@@ -1108,5 +1234,210 @@ fn start<'a>(
                 }),
             )
         }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use stele::wal::record::encoded_len;
+    use stele::wal::{DurabilityPolicy, WalWriteError};
+
+    use super::*;
+    use crate::fs::{FaultFs, FaultRule, InjectedError, OpKind};
+
+    fn records(payload_bytes: &[usize]) -> Vec<wit::CommitRecord> {
+        payload_bytes
+            .iter()
+            .enumerate()
+            .map(|(i, &len)| wit::CommitRecord {
+                op: 1,
+                payload: vec![i as u8; len],
+            })
+            .collect()
+    }
+
+    fn durable(records: Vec<wit::CommitRecord>) -> Request {
+        Request::CommitManyDurable {
+            records,
+            reply: Reply {
+                sender: oneshot::channel().0,
+                departures: None,
+            },
+        }
+    }
+
+    fn stats() -> Request {
+        Request::Stats {
+            reply: Reply {
+                sender: oneshot::channel().0,
+                departures: None,
+            },
+        }
+    }
+
+    /// What each call holds: `None` for a request other than a durable commit, else the
+    /// number of records of each batch it holds.
+    fn shape(calls: &[Call]) -> Vec<Option<Vec<usize>>> {
+        calls
+            .iter()
+            .map(|call| match call {
+                Call::One(Request::CommitManyDurable { records, .. }) => Some(vec![records.len()]),
+                Call::One(_) => None,
+                Call::DurableBatches(b) => Some(b.batches.iter().map(Vec::len).collect()),
+            })
+            .collect()
+    }
+
+    /// Durable commits that arrive together become one call, up to one group's bytes; an
+    /// empty one, a lone one and every other request stay calls of their own, in order.
+    #[test]
+    fn durable_commits_that_arrive_together_share_a_call() {
+        let group = 2 * encoded_len(100);
+        let calls = gather_durable_commits(
+            [
+                durable(records(&[100])),
+                stats(),
+                durable(records(&[])),
+                durable(records(&[100])),
+                durable(records(&[1])),
+            ]
+            .into_iter(),
+            group,
+        );
+        assert_eq!(
+            shape(&calls),
+            vec![Some(vec![1, 1]), None, Some(vec![0]), Some(vec![1])],
+            "the third commit would take the first call past one group"
+        );
+        assert!(matches!(calls[0], Call::DurableBatches(_)));
+        assert!(matches!(calls[3], Call::One(_)), "a gathering of one");
+    }
+
+    /// A session on `fault` with the log `g` created under `options`.
+    fn session(fault: &FaultFs, options: WalOptions) -> (Box<Session>, IoThread) {
+        let runtime = Runtime::get().unwrap();
+        let store = runtime
+            .store_for_async(Arc::new(fault.clone()), SandboxLimits::default())
+            .unwrap();
+        let io = store.data().io.clone().unwrap();
+        let (_requests, queue) = mpsc::unbounded_channel();
+        let (session, _) =
+            open_session(runtime, store, &io, "g".into(), options, true, queue).unwrap();
+        (session, io)
+    }
+
+    fn commit_batches(
+        session: &mut Session,
+        io: &IoThread,
+        batches: Vec<Vec<wit::CommitRecord>>,
+    ) -> Vec<Result<Range<LogSeq>, WalError>> {
+        let Session {
+            store,
+            bindings,
+            writer,
+            ..
+        } = session;
+        let writer = *writer;
+        let outcomes = block_on_sending_io(
+            store.run_concurrent(async |acc| {
+                let api = bindings.stele_log_wal_async().writer();
+                api.call_commit_batches_durable(acc, writer, batches).await
+            }),
+            io,
+        );
+        let outcomes = outcomes.unwrap().unwrap();
+        outcomes
+            .into_iter()
+            .map(|outcome| answer(Ok(outcome), from_wit_range))
+            .collect()
+    }
+
+    fn seqs(range: Range<u64>) -> Result<Range<LogSeq>, WalError> {
+        Ok(LogSeq(range.start)..LogSeq(range.end))
+    }
+
+    /// Each batch of a gathered call is staged on its own, as its own call would be: one the
+    /// retention bound refuses stages nothing and takes no seqs, the batches around it are
+    /// durable, and an empty one gets its place.
+    #[test]
+    fn gathered_batches_keep_their_own_outcomes() {
+        let fault = FaultFs::new();
+        let options = WalOptions {
+            retained_bytes_max: encoded_len(400) + encoded_len(300) + 2 * encoded_len(50),
+            ..WalOptions::single_file(DurabilityPolicy::FullSync)
+        };
+        let (mut session, io) = session(&fault, options);
+        let outcomes = commit_batches(
+            &mut session,
+            &io,
+            vec![
+                records(&[400]),
+                records(&[600]),
+                records(&[300]),
+                records(&[]),
+                records(&[50, 50]),
+            ],
+        );
+        assert_eq!(outcomes[0], seqs(0..1));
+        assert!(
+            matches!(
+                outcomes[1],
+                Err(WalError::Write(WalWriteError::RetentionFull { .. }))
+            ),
+            "{:?}",
+            outcomes[1]
+        );
+        assert_eq!(outcomes[2..], [seqs(1..2), seqs(2..2), seqs(2..4)]);
+        drop(session);
+        let power_lost: Arc<dyn Vfs> =
+            Arc::new(fault.crash(crate::fs::CrashPlan::KeepPrefix { ops: 0 }));
+        let (recovered, _) = crate::read_wal(power_lost, "g", crate::Mode::Native).unwrap();
+        let lens: Vec<usize> = recovered.iter().map(|r| r.payload.len()).collect();
+        assert_eq!(
+            lens,
+            [400, 300, 50, 50],
+            "what was acknowledged, and only that"
+        );
+    }
+
+    /// Gathered batches can span two groups: when the second group's sync fails, the batch of
+    /// the first (durable) is acknowledged and the later one fails; the writer is poisoned.
+    #[test]
+    fn a_failed_group_fails_only_the_batches_in_it() {
+        let fault = FaultFs::new();
+        let options = WalOptions {
+            max_group_bytes: Some(encoded_len(200) + 10),
+            ..WalOptions::single_file(DurabilityPolicy::FullSync)
+        };
+        let (mut session, io) = session(&fault, options);
+        fault.inject(FaultRule {
+            op: OpKind::Sync,
+            nth: fault.count(OpKind::Sync) + 2,
+            error: InjectedError::Io,
+        });
+        let outcomes = commit_batches(&mut session, &io, vec![records(&[200]), records(&[200])]);
+        assert_eq!(outcomes[0], seqs(0..1), "its group's sync returned");
+        assert!(
+            matches!(
+                outcomes[1],
+                Err(WalError::Write(WalWriteError::Failed { .. }))
+            ),
+            "{:?}",
+            outcomes[1]
+        );
+        let later = commit_batches(&mut session, &io, vec![records(&[1])]);
+        assert!(
+            matches!(
+                later[0],
+                Err(WalError::Write(WalWriteError::Poisoned { .. }))
+            ),
+            "{:?}",
+            later[0]
+        );
+        drop(session);
+        let power_lost: Arc<dyn Vfs> =
+            Arc::new(fault.crash(crate::fs::CrashPlan::KeepPrefix { ops: 0 }));
+        let (recovered, _) = crate::read_wal(power_lost, "g", crate::Mode::Native).unwrap();
+        assert_eq!(recovered.len(), 1, "the acknowledged record survives");
     }
 }

@@ -339,6 +339,43 @@ impl AsyncWriter {
         self.wait_durable(range.end).await?;
         Ok(range)
     }
+
+    /// Stages each batch as [`Self::commit_many_durable`] would, in order, then waits once,
+    /// for the last: one task instead of one per batch. A batch is answered by its own
+    /// outcome: refused at staging (nothing of it staged), empty (at once, as alone), durable,
+    /// or failed; a batch in a group that became durable before a later group failed is
+    /// durable.
+    async fn commit_batches_durable(
+        &self,
+        batches: &[Vec<(u16, &[u8])>],
+    ) -> Vec<Result<std::ops::Range<LogSeq>, WalWriteError>> {
+        let mut outcomes: Vec<_> = batches
+            .iter()
+            .map(|records| self.core.borrow_mut().stage(records))
+            .collect();
+        let last_end = outcomes
+            .iter()
+            .filter_map(|outcome| outcome.as_ref().ok())
+            .filter(|range| !range.is_empty())
+            .map(|range| range.end)
+            .max();
+        let Some(last_end) = last_end else {
+            return outcomes;
+        };
+        if self.wait_durable(last_end).await.is_ok() {
+            return outcomes;
+        }
+        let core = self.core.borrow();
+        for outcome in &mut outcomes {
+            if let Ok(range) = outcome
+                && !range.is_empty()
+                && let WaitState::Failed(cause) = core.durable_wait_state(range.end)
+            {
+                *outcome = Err(WalWriteError::Failed { cause });
+            }
+        }
+        outcomes
+    }
 }
 
 impl wit::Guest for Component {
@@ -392,6 +429,18 @@ impl wit::GuestWriter for AsyncWriter {
             .await
             .map(range)
             .map_err(write_error)
+    }
+
+    async fn commit_batches_durable(
+        &self,
+        batches: Vec<Vec<wal_types::CommitRecord>>,
+    ) -> Vec<Result<wal_types::SeqRange, wal_types::WalError>> {
+        let batches: Vec<_> = batches.iter().map(|records| batch(records)).collect();
+        AsyncWriter::commit_batches_durable(self, &batches)
+            .await
+            .into_iter()
+            .map(|outcome| outcome.map(range).map_err(write_error))
+            .collect()
     }
 
     async fn flush(&self) -> Result<(), wal_types::WalError> {
