@@ -341,10 +341,11 @@ impl AsyncWriter {
     }
 
     /// Stages each batch as [`Self::commit_many_durable`] would, in order, then waits once,
-    /// for the last: one task instead of one per batch. A batch is answered by its own
-    /// outcome: refused at staging (nothing of it staged), empty (at once, as alone), durable,
-    /// or failed; a batch in a group that became durable before a later group failed is
-    /// durable.
+    /// for the last: one task instead of one per batch. Each batch gets its own outcome:
+    /// refused at staging (nothing of it staged), empty (the empty range at its place),
+    /// durable, or failed. A batch in a group that became durable before a later group failed
+    /// is durable. The call returns when the last staged batch is durable or failed, so a
+    /// batch whose group synced first waits for the later group's sync too.
     async fn commit_batches_durable(
         &self,
         batches: &[Vec<(u16, &[u8])>],
