@@ -173,6 +173,8 @@ impl<F: Future> Future for HeldForDepartures<F> {
 pub(crate) enum Request {
     CommitManyDurable {
         records: Vec<wit::CommitRecord>,
+        /// The batch's size, encoded, as checked before it was sent.
+        encoded_bytes: usize,
         reply: Reply<Range<LogSeq>>,
     },
     Flush {
@@ -933,28 +935,26 @@ fn answer_batches(
     result: wasmtime::Result<Vec<Result<wit::SeqRange, wit::WalError>>>,
 ) -> usize {
     let answered = replies.len();
-    let outcomes = match result {
-        Ok(outcomes) if outcomes.len() == answered => outcomes,
+    let outcomes: Result<_, WalError> = match result {
+        Ok(outcomes) if outcomes.len() == answered => Ok(outcomes),
+        Ok(outcomes) => Err(SandboxError::Trapped(format!(
+            "the component answered {} outcomes for {answered} batches",
+            outcomes.len()
+        ))
+        .into()),
+        Err(trap) => Err(trap_error(trap).into()),
+    };
+    match outcomes {
         Ok(outcomes) => {
-            let error = SandboxError::Trapped(format!(
-                "the component answered {} outcomes for {answered} batches",
-                outcomes.len()
-            ));
-            for reply in replies {
-                reply.send(Err(error.clone().into()));
+            for (reply, outcome) in replies.into_iter().zip(outcomes) {
+                reply.send(answer(Ok(outcome), from_wit_range));
             }
-            return answered;
         }
-        Err(trap) => {
-            let error: WalError = trap_error(trap).into();
+        Err(error) => {
             for reply in replies {
                 reply.send(Err(error.clone()));
             }
-            return answered;
         }
-    };
-    for (reply, outcome) in replies.into_iter().zip(outcomes) {
-        reply.send(answer(Ok(outcome), from_wit_range));
     }
     answered
 }
@@ -1118,19 +1118,17 @@ fn gather_durable_commits(
     // Where in `calls` the durable commits still taking batches are.
     let mut gathering: Option<usize> = None;
     for request in requests {
-        let (records, reply) = match request {
-            Request::CommitManyDurable { records, reply } if !records.is_empty() => {
-                (records, reply)
-            }
+        let (records, bytes, reply) = match request {
+            Request::CommitManyDurable {
+                records,
+                encoded_bytes,
+                reply,
+            } if !records.is_empty() => (records, encoded_bytes, reply),
             other => {
                 calls.push(Call::One(other));
                 continue;
             }
         };
-        let bytes = records
-            .iter()
-            .map(|r| stele::wal::record::encoded_len(r.payload.len()))
-            .sum::<usize>();
         if let Some(Call::DurableBatches(open)) = gathering.map(|at| &mut calls[at])
             && open.encoded_bytes + bytes <= max_group_bytes
         {
@@ -1153,6 +1151,7 @@ fn gather_durable_commits(
             Call::DurableBatches(mut one) if one.replies.len() == 1 => {
                 Call::One(Request::CommitManyDurable {
                     records: one.batches.pop().expect("one batch per reply"),
+                    encoded_bytes: one.encoded_bytes,
                     reply: one.replies.pop().expect("one reply"),
                 })
             }
@@ -1183,7 +1182,7 @@ fn start<'a>(
         }
     };
     match request {
-        Request::CommitManyDurable { records, reply } => Box::pin(async move {
+        Request::CommitManyDurable { records, reply, .. } => Box::pin(async move {
             let r = writer_api
                 .call_commit_many_durable(acc, writer, records)
                 .await;
@@ -1258,6 +1257,7 @@ mod tests {
 
     fn durable(records: Vec<wit::CommitRecord>) -> Request {
         Request::CommitManyDurable {
+            encoded_bytes: records.iter().map(|r| encoded_len(r.payload.len())).sum(),
             records,
             reply: Reply {
                 sender: oneshot::channel().0,

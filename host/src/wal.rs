@@ -198,12 +198,10 @@ impl Wal {
         ))
     }
 
-    /// Sandboxed, refuses a batch the writer would refuse, before it crosses into the guest.
-    fn check_batch(&self, records: &[(u16, &[u8])]) -> Result<(), WalError> {
-        if !matches!(&*self.inner, Inner::Native(_)) {
-            check_batch_bytes(records, self.max_group_bytes)?;
-        }
-        Ok(())
+    /// Sandboxed, refuses a batch the writer would refuse, before it crosses into the guest;
+    /// else returns its encoded size.
+    fn check_batch(&self, records: &[(u16, &[u8])]) -> Result<usize, WalError> {
+        Ok(check_batch_bytes(records, self.max_group_bytes)?)
     }
 
     /// Where this log's engine runs.
@@ -293,9 +291,13 @@ impl Wal {
         match &*self.inner {
             Inner::Native(w) => Ok(w.commit_many_durable(records)?),
             Inner::Async(s) => {
-                self.check_batch(records)?;
+                let encoded_bytes = self.check_batch(records)?;
                 let records = async_batch(records);
-                s.request_blocking(|reply| Request::CommitManyDurable { records, reply })
+                s.request_blocking(|reply| Request::CommitManyDurable {
+                    records,
+                    encoded_bytes,
+                    reply,
+                })
             }
             Inner::Plain(s) => {
                 self.check_batch(records)?;
@@ -493,10 +495,14 @@ impl AsyncWal {
     ) -> Result<Range<LogSeq>, WalError> {
         match &*self.wal.inner {
             Inner::Async(s) => {
-                self.wal.check_batch(records)?;
+                let encoded_bytes = self.wal.check_batch(records)?;
                 let records = async_batch(records);
-                s.request(|reply| Request::CommitManyDurable { records, reply })
-                    .await
+                s.request(|reply| Request::CommitManyDurable {
+                    records,
+                    encoded_bytes,
+                    reply,
+                })
+                .await
             }
             _ => {
                 let owned: Vec<(u16, Vec<u8>)> =
