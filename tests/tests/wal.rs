@@ -552,6 +552,119 @@ fn confinement_refuses_escapes(mode: Mode) {
     assert!(!root.dir.path().parent().unwrap().join("x.wal").exists());
 }
 
+/// Durable commits, batches, non-durable commits and flushes from 32 threads on one writer, under
+/// a watchdog: a caller left asleep with nobody to wake it (a lost wake-up, a hand-off to no
+/// one) hangs the run, and the watchdog turns that into a failure. Each durable return is
+/// checked against `durable_end` as it happens, and the log is read back whole.
+fn mixed_callers_are_all_answered_and_every_ack_is_durable(mode: Mode) {
+    const THREADS: u64 = 32;
+    const OPS: u64 = 150;
+    const LAST_COMMIT_ROUNDS: u64 = 20;
+    const WATCHDOG: std::time::Duration = std::time::Duration::from_secs(300);
+    let root = TempRoot::new();
+    let o = WalOptions {
+        retained_bytes_max: 0,
+        ..opts(DurabilityPolicy::Barrier, 0)
+    };
+    let wal = Arc::new(Wal::create(root.vfs(), "mixed.wal", o, mode).unwrap());
+    let (done, finished) = std::sync::mpsc::channel();
+    let worker = {
+        let wal = wal.clone();
+        std::thread::spawn(move || {
+            let per_thread: Vec<Vec<u64>> = std::thread::scope(|s| {
+                let handles: Vec<_> = (0..THREADS)
+                    .map(|t| {
+                        let wal = wal.clone();
+                        s.spawn(move || {
+                            let mut seqs = Vec::new();
+                            for i in 0..OPS {
+                                match (t + i) % 5 {
+                                    0 | 1 => {
+                                        let seq =
+                                            wal.commit_durable(1, &payload(t, i, 128)).unwrap();
+                                        let durable_end = wal.stats().unwrap().durable_end;
+                                        assert!(
+                                            seq < durable_end,
+                                            "{seq} acked, durable end {durable_end}"
+                                        );
+                                        seqs.push(seq.0);
+                                    }
+                                    2 => seqs.push(wal.commit(1, &payload(t, i, 128)).unwrap().0),
+                                    3 => {
+                                        let visible = wal.stats().unwrap().visible_end;
+                                        wal.flush().unwrap();
+                                        let durable_end = wal.stats().unwrap().durable_end;
+                                        assert!(
+                                            durable_end >= visible,
+                                            "flush returned at {durable_end}, below {visible}"
+                                        );
+                                    }
+                                    _ => {
+                                        let records: Vec<Vec<u8>> = (0..3)
+                                            .map(|k| payload(t, i * 3 + k + OPS, 64))
+                                            .collect();
+                                        let batch: Vec<(u16, &[u8])> =
+                                            records.iter().map(|r| (2, &r[..])).collect();
+                                        let range = wal.commit_many_durable(&batch).unwrap();
+                                        assert_eq!(range.end.0 - range.start.0, 3);
+                                        assert!(range.end <= wal.stats().unwrap().durable_end);
+                                        seqs.extend(range.start.0..range.end.0);
+                                    }
+                                }
+                            }
+                            seqs
+                        })
+                    })
+                    .collect();
+                handles.into_iter().map(|h| h.join().unwrap()).collect()
+            });
+            // Then rounds in which every thread makes one durable commit and exits: whoever
+            // leads the first group cannot also lead the next (its caller returns and is gone),
+            // so the records staged behind it are written only if leadership reaches one of
+            // their callers.
+            let mut last_commits = Vec::new();
+            for round in 0..LAST_COMMIT_ROUNDS {
+                let start = std::sync::Barrier::new(THREADS as usize);
+                std::thread::scope(|s| {
+                    let handles: Vec<_> = (0..THREADS)
+                        .map(|t| {
+                            let (wal, start) = (wal.clone(), &start);
+                            s.spawn(move || {
+                                start.wait();
+                                let id = OPS * 4 + round;
+                                wal.commit_durable(3, &payload(t, id, 128)).unwrap().0
+                            })
+                        })
+                        .collect();
+                    last_commits.extend(handles.into_iter().map(|h| h.join().unwrap()));
+                });
+            }
+            let _ = done.send(());
+            (per_thread, last_commits)
+        })
+    };
+    if finished.recv_timeout(WATCHDOG).is_err() && !worker.is_finished() {
+        panic!("callers still waiting after {WATCHDOG:?}: a waiter was stranded");
+    }
+    let (per_thread, last_commits) = worker.join().expect("a caller panicked");
+    let mut all: Vec<u64> = per_thread.iter().flatten().copied().collect();
+    all.extend(last_commits);
+    all.sort_unstable();
+    let expected = all.len() as u64;
+    assert_eq!(
+        all,
+        (0..expected).collect::<Vec<_>>(),
+        "distinct and contiguous"
+    );
+    wal.flush().unwrap();
+    assert_eq!(wal.stats().unwrap().durable_end, LogSeq(expected));
+    drop(wal);
+    let (records, _) = read_wal(root.vfs(), "mixed.wal", mode).unwrap();
+    assert_eq!(records.len() as u64, expected, "every record recovered");
+    let ids: HashSet<(u64, u64)> = records.iter().map(|r| payload_id(&r.payload)).collect();
+    assert_eq!(ids.len() as u64, expected, "each recovered once");
+}
+
 every_mode!(
     round_trip_across_reopens,
     missing_or_empty_file_is_a_new_log,
@@ -565,4 +678,5 @@ every_mode!(
     retiring_beyond_durable_end_fails_and_within_releases_bytes,
     oversized_payload_and_group_are_typed_errors_that_consume_nothing,
     confinement_refuses_escapes,
+    mixed_callers_are_all_answered_and_every_ack_is_durable,
 );

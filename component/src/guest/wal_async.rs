@@ -161,7 +161,11 @@ impl AsyncWriter {
                 WaitState::Failed(cause) => return Err(WalWriteError::Failed { cause }),
                 WaitState::Pending => {}
             }
-            let leadership = self.core.borrow_mut().claim_leadership();
+            let leadership = {
+                let mut core = self.core.borrow_mut();
+                let departing = core.departing_waiters();
+                core.claim_leadership(departing)
+            };
             match leadership {
                 Some(leadership) => self.lead(leadership).await,
                 None => self.park().await,
@@ -179,7 +183,7 @@ impl AsyncWriter {
                 let before = self.core.borrow().pending_records();
                 wit_bindgen::yield_async().await;
                 let core = self.core.borrow();
-                if !core.keep_gathering(before, core.pending_records()) {
+                if !core.keep_gathering(core.departing_waiters(), before, core.pending_records()) {
                     break;
                 }
             }
@@ -313,7 +317,11 @@ impl AsyncWriter {
         if range.is_empty() {
             return Ok(range);
         }
-        let leadership = self.core.borrow_mut().claim_leadership();
+        let leadership = {
+            let mut core = self.core.borrow_mut();
+            let departing = core.departing_waiters();
+            core.claim_leadership(departing)
+        };
         if leadership.is_some() {
             self.lead_blocking();
             let core = self.core.borrow();

@@ -364,9 +364,14 @@ impl GroupCommit {
         }
     }
 
-    /// Waiters whose records are durable but who have not left yet: callers of the last group,
-    /// woken and on their way out. A gathering leader waits for them, because they usually
-    /// commit again at once.
+    /// Registered waiters whose records are durable but who have not deregistered yet: callers
+    /// of the last group, woken and on their way out. A gathering leader waits for them, because
+    /// they usually commit again at once.
+    ///
+    /// This is the `departing` count that [`Self::claim_leadership`] and
+    /// [`Self::keep_gathering`] take, for a driver whose waiters deregister themselves. A driver
+    /// that deregisters its waiters as it wakes them (the thread driver) counts their departure
+    /// itself and passes its own count.
     pub fn departing_waiters(&self) -> usize {
         self.waiters
             .range(..=self.durable_end)
@@ -381,11 +386,12 @@ impl GroupCommit {
     }
 
     /// One gathering round ended with `pending_records()` at `pending_now`, against
-    /// `pending_before` when the round began. Keep gathering while callers of the last group are
-    /// still on their way out, or while the round brought new records; stop at the first quiet
-    /// round. The driver bounds the number of rounds; this rule never involves a clock.
-    pub fn keep_gathering(&self, pending_before: u64, pending_now: u64) -> bool {
-        self.departing_waiters() > 0 || pending_now > pending_before
+    /// `pending_before` when the round began, and `departing` callers of the last group still on
+    /// their way out (see [`Self::departing_waiters`]). Keep gathering while any are, or while
+    /// the round brought new records; stop at the first quiet round. The driver bounds the
+    /// number of rounds; this rule never involves a clock.
+    pub fn keep_gathering(&self, departing: usize, pending_before: u64, pending_now: u64) -> bool {
+        departing > 0 || pending_now > pending_before
     }
 
     /// Where a caller waiting for `target` (exclusive) stands.
@@ -400,7 +406,9 @@ impl GroupCommit {
     }
 
     /// Makes the caller leader if no one leads, the writer is healthy, and there is work.
-    pub fn claim_leadership(&mut self) -> Option<Leadership> {
+    /// `departing` is how many callers of the last group are still on their way out (see
+    /// [`Self::departing_waiters`]).
+    pub fn claim_leadership(&mut self, departing: usize) -> Option<Leadership> {
         if self.leader || self.failure.is_some() || self.pending.is_empty() {
             return None;
         }
@@ -410,7 +418,7 @@ impl GroupCommit {
         // by a group of one: the first of its callers back would lead alone while the others
         // were still on their way. Measured: 16 threads alternated groups of 16 and of 1.
         Some(Leadership {
-            gather: handed_off || self.departing_waiters() > 0,
+            gather: handed_off || departing > 0,
         })
     }
 
@@ -663,7 +671,7 @@ mod tests {
 
     /// Polls and completes one group of the staged records.
     fn write_one(c: &mut GroupCommit) -> Group {
-        assert!(c.claim_leadership().is_some());
+        assert!(c.claim_leadership(c.departing_waiters()).is_some());
         let g = c.poll_group().unwrap();
         c.handle_group_done(&g, Ok(()));
         let _ = c.poll_leader_step();
@@ -720,7 +728,7 @@ mod tests {
         let mut c = core();
         c.stage(&[(1, b"a")]).unwrap();
         c.stage(&[(1, b"b")]).unwrap();
-        assert!(c.claim_leadership().is_some());
+        assert!(c.claim_leadership(c.departing_waiters()).is_some());
         let g = c.poll_group().unwrap();
         assert_eq!(g.seqs, LogSeq(10)..LogSeq(12));
         assert_eq!(g.offset, 32);
@@ -737,7 +745,7 @@ mod tests {
     fn hand_off_when_a_durable_waiter_needs_pending_records() {
         let mut c = core();
         c.stage(&[(1, b"a")]).unwrap();
-        let _lead = c.claim_leadership().unwrap();
+        let _lead = c.claim_leadership(c.departing_waiters()).unwrap();
         let g = c.poll_group().unwrap();
         c.register_durable_wait(LogSeq(11)); // the leader's own wait
         let r = c.stage(&[(1, b"b")]).unwrap();
@@ -749,17 +757,20 @@ mod tests {
             1,
             "the first group's caller has not left yet"
         );
-        assert!(c.keep_gathering(1, 1));
+        assert!(c.keep_gathering(c.departing_waiters(), 1, 1));
         c.deregister_durable_wait(LogSeq(11));
         assert!(
-            !c.keep_gathering(1, 1),
+            !c.keep_gathering(c.departing_waiters(), 1, 1),
             "a quiet round with nobody departing ends gathering"
         );
         assert!(
-            c.keep_gathering(1, 2),
+            c.keep_gathering(c.departing_waiters(), 1, 2),
             "a round that brought records continues"
         );
-        assert_eq!(c.claim_leadership(), Some(Leadership { gather: true }));
+        assert_eq!(
+            c.claim_leadership(c.departing_waiters()),
+            Some(Leadership { gather: true })
+        );
         c.deregister_durable_wait(r.end);
         assert_eq!(c.poll_group().unwrap().seqs, LogSeq(11)..LogSeq(12));
         assert!(!c.someone_waits_on_pending());
@@ -771,18 +782,21 @@ mod tests {
         c.register_durable_wait(LogSeq(11));
         c.register_durable_wait(LogSeq(12));
         c.stage(&[(1, b"a"), (1, b"b")]).unwrap();
-        let _lead = c.claim_leadership().unwrap();
+        let _lead = c.claim_leadership(c.departing_waiters()).unwrap();
         let g = c.poll_group().unwrap();
         c.handle_group_done(&g, Ok(()));
         assert_eq!(c.poll_leader_step(), LeaderStep::Release, "nothing pending");
         c.deregister_durable_wait(LogSeq(11));
         // One caller is back before the other has left: it must not lead a group of one.
         c.stage(&[(1, b"c")]).unwrap();
-        assert_eq!(c.claim_leadership(), Some(Leadership { gather: true }));
+        assert_eq!(
+            c.claim_leadership(c.departing_waiters()),
+            Some(Leadership { gather: true })
+        );
         c.release_leadership();
         c.deregister_durable_wait(LogSeq(12));
         assert_eq!(
-            c.claim_leadership(),
+            c.claim_leadership(c.departing_waiters()),
             Some(Leadership { gather: false }),
             "lone writer"
         );
@@ -792,7 +806,7 @@ mod tests {
     fn non_durable_pending_work_keeps_the_leader() {
         let mut c = core();
         c.stage(&[(1, b"a")]).unwrap();
-        let _lead = c.claim_leadership().unwrap();
+        let _lead = c.claim_leadership(c.departing_waiters()).unwrap();
         let g = c.poll_group().unwrap();
         c.stage(&[(1, b"b")]).unwrap();
         c.handle_group_done(&g, Ok(()));
@@ -803,7 +817,7 @@ mod tests {
     fn failure_poisons_and_freezes_durable_end() {
         let mut c = core();
         c.stage(&[(1, b"a")]).unwrap();
-        let _lead = c.claim_leadership().unwrap();
+        let _lead = c.claim_leadership(c.departing_waiters()).unwrap();
         let g = c.poll_group().unwrap();
         c.stage(&[(1, b"b")]).unwrap();
         c.handle_group_done(&g, Err(VfsError::Io("boom".into())));
@@ -813,7 +827,7 @@ mod tests {
             c.durable_wait_state(LogSeq(11)),
             WaitState::Failed(VfsError::Io("boom".into()))
         );
-        assert!(c.claim_leadership().is_none());
+        assert!(c.claim_leadership(c.departing_waiters()).is_none());
         assert!(matches!(
             c.stage(&[(1, b"c")]),
             Err(WalWriteError::Poisoned { .. })
@@ -833,7 +847,7 @@ mod tests {
         for _ in 0..5 {
             c.stage(&[(0, &[7u8; 22])]).unwrap(); // 40 encoded bytes each
         }
-        let _lead = c.claim_leadership().unwrap();
+        let _lead = c.claim_leadership(c.departing_waiters()).unwrap();
         let g = c.poll_group().unwrap();
         assert_eq!((g.records, g.bytes, g.sync), (2, 80, None));
         c.handle_group_done(&g, Ok(()));
@@ -851,7 +865,7 @@ mod tests {
             c.retire_visible_through(LogSeq(10)),
             Err(WalRetireError::BeyondDurable { .. })
         ));
-        let _lead = c.claim_leadership().unwrap();
+        let _lead = c.claim_leadership(c.departing_waiters()).unwrap();
         let g = c.poll_group().unwrap();
         c.handle_group_done(&g, Ok(()));
         let before = c.stats().retained_bytes;

@@ -2,7 +2,9 @@
 //! followers; there is no timer and no background thread.
 
 use std::ops::Range;
-use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
+use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::thread::{self, Thread};
 
 use crate::header::{Family, FileHeader, HEADER_BYTES};
 use crate::vfs::{OpenMode, Vfs, VfsError, VfsFile, parent_dir};
@@ -275,11 +277,16 @@ pub const GATHER_ROUNDS_MAX: usize = 8;
 pub struct WalWriter {
     storage: Storage,
     core: Mutex<GroupCommit>,
-    /// Signalled after every group: its waiters re-check, and a waiter may take leadership.
-    group_done: Condvar,
-    /// Signalled when a durable waiter leaves: a gathering leader waits here for the callers of
-    /// the previous group to be out of the writer before it counts quiet rounds.
-    waiter_left: Condvar,
+    /// Durable waiters asleep, in arrival order. Locked only with `core` held (so it is never
+    /// contended), and only in that order.
+    parked: Mutex<Vec<ParkedWaiter>>,
+    /// Waiters that the leader woke with their outcome and that have not returned yet. A
+    /// gathering leader waits for them before it counts quiet rounds, because they usually
+    /// commit again at once.
+    departing: AtomicUsize,
+    /// A gathering leader asleep until `departing` falls to 0; the waiter that brings it there
+    /// wakes it.
+    gatherer: Mutex<Option<Thread>>,
     /// Where a multi-batch group is assembled for one write. Only the leader touches it, so it
     /// is never contended; the mutex only proves that to the compiler.
     group_buf: Mutex<Vec<u8>>,
@@ -304,6 +311,70 @@ struct Segments {
     /// Checkpoint and truncation state. Held while segments are deleted, so that truncations
     /// and checkpoints are serialized; a rotation takes it only to record its new segment.
     retention: Mutex<SegmentRetention>,
+}
+
+/// A durable waiter asleep until the leader settles its wait or hands it leadership.
+///
+/// Why not one condvar for all: waking every waiter of a group at once makes each of them take
+/// the writer's lock only to learn its outcome and deregister. At 64 writers on two cores that
+/// convoy, one lock handoff after another, cost several times the group's sync. The leader
+/// knows each waiter's outcome already, so it deregisters the settled ones under the lock it
+/// holds and wakes each with its verdict; they leave without touching the lock.
+#[derive(Debug)]
+struct ParkedWaiter {
+    target: LogSeq,
+    slot: Arc<WakeSlot>,
+}
+
+/// Where the leader leaves one waiter's verdict. The waiter owns it; only a leader, with `core`
+/// held, writes it.
+#[derive(Debug)]
+struct WakeSlot {
+    thread: Thread,
+    verdict: AtomicU8,
+}
+
+/// What a parked waiter is woken with.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
+enum Verdict {
+    /// Its records are durable; the leader deregistered it.
+    Durable = 1,
+    /// The writer failed before its records were durable; the leader deregistered it.
+    Failed = 2,
+    /// Leadership is free and its records are still pending: it re-checks under the lock. It
+    /// is still registered.
+    Recheck = 3,
+}
+
+/// A [`WakeSlot`] with no verdict yet.
+const ASLEEP: u8 = 0;
+
+impl WakeSlot {
+    fn for_current_thread() -> Arc<Self> {
+        Arc::new(WakeSlot {
+            thread: thread::current(),
+            verdict: AtomicU8::new(ASLEEP),
+        })
+    }
+
+    /// Sleeps until a verdict is set. `park` may return spuriously or for an earlier `unpark`,
+    /// hence the loop.
+    fn wait(&self) -> Verdict {
+        loop {
+            match self.verdict.load(Ordering::Acquire) {
+                v if v == Verdict::Durable as u8 => return Verdict::Durable,
+                v if v == Verdict::Failed as u8 => return Verdict::Failed,
+                v if v == Verdict::Recheck as u8 => return Verdict::Recheck,
+                _ => thread::park(),
+            }
+        }
+    }
+
+    fn wake(&self, verdict: Verdict) {
+        self.verdict.store(verdict as u8, Ordering::Release);
+        self.thread.unpark();
+    }
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -451,8 +522,9 @@ impl WalWriter {
         WalWriter {
             storage,
             core: Mutex::new(core),
-            group_done: Condvar::new(),
-            waiter_left: Condvar::new(),
+            parked: Mutex::new(Vec::new()),
+            departing: AtomicUsize::new(0),
+            gatherer: Mutex::new(None),
             group_buf: Mutex::new(Vec::new()),
         }
     }
@@ -499,7 +571,8 @@ impl WalWriter {
         if range.is_empty() {
             return Ok(range);
         }
-        if let Some(leadership) = core.claim_leadership() {
+        let departing = self.departing_count(&core);
+        if let Some(leadership) = core.claim_leadership(departing) {
             core = self.lead(core, leadership);
             if let Some(cause) = core.failure()
                 && core.durable_end() < range.end
@@ -553,62 +626,154 @@ impl WalWriter {
     }
 
     /// Registers as a durable waiter for `target`, leads or sleeps until it is durable or the
-    /// writer failed, and deregisters.
+    /// writer failed, and leaves registered by no one.
     fn wait_durable<'a>(
         &'a self,
         mut core: MutexGuard<'a, GroupCommit>,
         target: LogSeq,
     ) -> Result<(), WalWriteError> {
         core.register_durable_wait(target);
+        let mut slot = None;
         loop {
-            let outcome = match core.durable_wait_state(target) {
-                WaitState::Durable => Ok(()),
-                WaitState::Failed(cause) => Err(WalWriteError::Failed { cause }),
-                WaitState::Pending => {
-                    core = match core.claim_leadership() {
-                        Some(leadership) => self.lead(core, leadership),
-                        None => self
-                            .group_done
-                            .wait(core)
-                            .unwrap_or_else(PoisonError::into_inner),
-                    };
-                    continue;
+            match core.durable_wait_state(target) {
+                WaitState::Durable => {
+                    core.deregister_durable_wait(target);
+                    return Ok(());
                 }
-            };
-            core.deregister_durable_wait(target);
-            // A gathering leader waits for the last of them only: woken at every departure,
-            // it paid a context switch and a contended lock per caller of the last group, on
-            // the next group's critical path (60 at 64 writers).
-            if core.departing_waiters() == 0 {
-                self.waiter_left.notify_all();
+                WaitState::Failed(cause) => {
+                    core.deregister_durable_wait(target);
+                    return Err(WalWriteError::Failed { cause });
+                }
+                WaitState::Pending => {}
             }
-            return outcome;
+            let departing = self.departing_count(&core);
+            if let Some(leadership) = core.claim_leadership(departing) {
+                core = self.lead(core, leadership);
+                continue;
+            }
+            let slot = slot.get_or_insert_with(WakeSlot::for_current_thread);
+            slot.verdict.store(ASLEEP, Ordering::Relaxed);
+            lock(&self.parked).push(ParkedWaiter {
+                target,
+                slot: Arc::clone(slot),
+            });
+            drop(core);
+            match slot.wait() {
+                Verdict::Durable => {
+                    self.departed();
+                    return Ok(());
+                }
+                Verdict::Failed => {
+                    self.departed();
+                    let core = lock(&self.core);
+                    let cause = core.failure().expect("a failed verdict follows a failure");
+                    return Err(WalWriteError::Failed {
+                        cause: cause.clone(),
+                    });
+                }
+                Verdict::Recheck => core = lock(&self.core),
+            }
+        }
+    }
+
+    /// Callers of a completed group still on their way out: those woken with their verdict, and
+    /// any that learnt it under the lock and have not deregistered yet.
+    fn departing_count(&self, core: &GroupCommit) -> usize {
+        self.departing.load(Ordering::SeqCst) + core.departing_waiters()
+    }
+
+    /// A woken waiter is out of the writer. The last one out wakes a gathering leader.
+    fn departed(&self) {
+        if self.departing.fetch_sub(1, Ordering::SeqCst) == 1
+            && let Some(gatherer) = lock(&self.gatherer).take()
+        {
+            gatherer.unpark();
+        }
+    }
+
+    /// Sleeps, without the lock, until every waiter woken with its verdict has left.
+    fn wait_for_departures<'a>(
+        &'a self,
+        mut core: MutexGuard<'a, GroupCommit>,
+    ) -> MutexGuard<'a, GroupCommit> {
+        if self.departing.load(Ordering::SeqCst) == 0 {
+            return core;
+        }
+        // Published before the re-check below, and `departed` decrements before it looks, so
+        // one of the two sees the other: the last departure cannot slip between them unseen.
+        *lock(&self.gatherer) = Some(thread::current());
+        drop(core);
+        while self.departing.load(Ordering::SeqCst) > 0 {
+            thread::park();
+        }
+        core = lock(&self.core);
+        lock(&self.gatherer).take();
+        core
+    }
+
+    /// Under the lock, after the leader's group completed or it released: deregisters every
+    /// parked waiter whose wait is settled, and, if leadership was handed off, picks the
+    /// earliest parked waiter on pending records to take it. The caller wakes them after
+    /// dropping the lock ([`Self::wake`]).
+    fn take_woken(
+        &self,
+        core: &mut GroupCommit,
+        step: LeaderStep,
+    ) -> Vec<(Arc<WakeSlot>, Verdict)> {
+        let durable_end = core.durable_end();
+        let failed = core.failure().is_some();
+        let mut parked = lock(&self.parked);
+        let mut woken = Vec::new();
+        parked.retain(|waiter| {
+            let verdict = if waiter.target <= durable_end {
+                Verdict::Durable
+            } else if failed {
+                Verdict::Failed
+            } else {
+                return true;
+            };
+            core.deregister_durable_wait(waiter.target);
+            woken.push((Arc::clone(&waiter.slot), verdict));
+            false
+        });
+        // Counted before any of them can run, so a departure never finds the count at 0.
+        self.departing.fetch_add(woken.len(), Ordering::SeqCst);
+        if step == LeaderStep::HandOff && !parked.is_empty() {
+            // Woken last, below: by the time it has the lock and gathers, most of the group's
+            // callers are on their way back.
+            woken.push((parked.remove(0).slot, Verdict::Recheck));
+        }
+        woken
+    }
+
+    /// Wakes what [`Self::take_woken`] took, in its order. A spread of the wakes over the woken
+    /// (each waking two more) cut the leader's share but not the cycle, on two cores: measured
+    /// within noise, so the leader wakes them all.
+    fn wake(woken: Vec<(Arc<WakeSlot>, Verdict)>) {
+        for (slot, verdict) in woken {
+            slot.wake(verdict);
         }
     }
 
     /// Leads until the core says to stop: writes one group at a time, outside the lock, and
-    /// wakes waiters after each.
+    /// wakes the settled waiters after each.
     fn lead<'a>(
         &'a self,
         mut core: MutexGuard<'a, GroupCommit>,
         leadership: Leadership,
     ) -> MutexGuard<'a, GroupCommit> {
         if leadership.gather {
-            // The previous group's callers are awake and need only the lock to leave, so this
-            // wait is bounded by their count, not by time. Yielding instead would spin a core
-            // that, on a small machine, those very callers need.
-            while core.departing_waiters() > 0 {
-                core = self
-                    .waiter_left
-                    .wait(core)
-                    .unwrap_or_else(PoisonError::into_inner);
-            }
+            // The previous group's callers are awake and need no lock to leave, so this wait is
+            // bounded by their count, not by time. Yielding instead would spin a core that, on a
+            // small machine, those very callers need.
+            core = self.wait_for_departures(core);
             for _ in 0..GATHER_ROUNDS_MAX {
                 let before = core.pending_records();
                 drop(core);
-                std::thread::yield_now();
+                thread::yield_now();
                 core = lock(&self.core);
-                if !core.keep_gathering(before, core.pending_records()) {
+                let departing = self.departing_count(&core);
+                if !core.keep_gathering(departing, before, core.pending_records()) {
                     break;
                 }
             }
@@ -616,8 +781,10 @@ impl WalWriter {
         loop {
             let Some(group) = core.poll_group() else {
                 core.release_leadership();
-                self.group_done.notify_all();
-                return core;
+                let woken = self.take_woken(&mut core, LeaderStep::Release);
+                drop(core);
+                Self::wake(woken);
+                return lock(&self.core);
             };
             drop(core);
             let result = self.write_group(&group);
@@ -627,7 +794,10 @@ impl WalWriter {
             }
             core.handle_group_done(&group, result);
             let step = core.poll_leader_step();
-            self.group_done.notify_all();
+            let woken = self.take_woken(&mut core, step);
+            drop(core);
+            Self::wake(woken);
+            core = lock(&self.core);
             if step != LeaderStep::Continue {
                 return core;
             }
