@@ -148,6 +148,14 @@ impl AsyncWriter {
         .await
     }
 
+    /// This driver's waiters deregister themselves (see `WaitGuard`), so the core counts who
+    /// is still on the way out.
+    fn claim_leadership(&self) -> Option<Leadership> {
+        let mut core = self.core.borrow_mut();
+        let departing = core.departing_waiters();
+        core.claim_leadership(departing)
+    }
+
     async fn wait_durable(&self, target: LogSeq) -> Result<(), WalWriteError> {
         self.core.borrow_mut().register_durable_wait(target);
         let _guard = WaitGuard {
@@ -161,11 +169,7 @@ impl AsyncWriter {
                 WaitState::Failed(cause) => return Err(WalWriteError::Failed { cause }),
                 WaitState::Pending => {}
             }
-            let leadership = {
-                let mut core = self.core.borrow_mut();
-                let departing = core.departing_waiters();
-                core.claim_leadership(departing)
-            };
+            let leadership = self.claim_leadership();
             match leadership {
                 Some(leadership) => self.lead(leadership).await,
                 None => self.park().await,
@@ -183,7 +187,7 @@ impl AsyncWriter {
                 let before = self.core.borrow().pending_records();
                 wit_bindgen::yield_async().await;
                 let core = self.core.borrow();
-                if !core.keep_gathering(core.departing_waiters(), before, core.pending_records()) {
+                if !core.keep_gathering(core.departing_waiters(), before) {
                     break;
                 }
             }
@@ -317,11 +321,7 @@ impl AsyncWriter {
         if range.is_empty() {
             return Ok(range);
         }
-        let leadership = {
-            let mut core = self.core.borrow_mut();
-            let departing = core.departing_waiters();
-            core.claim_leadership(departing)
-        };
+        let leadership = self.claim_leadership();
         if leadership.is_some() {
             self.lead_blocking();
             let core = self.core.borrow();

@@ -385,13 +385,13 @@ impl GroupCommit {
             .is_some_and(|(target, _)| *target > self.durable_end)
     }
 
-    /// One gathering round ended with `pending_records()` at `pending_now`, against
-    /// `pending_before` when the round began, and `departing` callers of the last group still on
-    /// their way out (see [`Self::departing_waiters`]). Keep gathering while any are, or while
-    /// the round brought new records; stop at the first quiet round. The driver bounds the
-    /// number of rounds; this rule never involves a clock.
-    pub fn keep_gathering(&self, departing: usize, pending_before: u64, pending_now: u64) -> bool {
-        departing > 0 || pending_now > pending_before
+    /// One gathering round ended, with `pending_records()` at `pending_before` when it began
+    /// and `departing` callers of the last group still on their way out (see
+    /// [`Self::departing_waiters`]). Keep gathering while any are, or while the round brought
+    /// new records; stop at the first quiet round. The driver bounds the number of rounds; this
+    /// rule never involves a clock.
+    pub fn keep_gathering(&self, departing: usize, pending_before: u64) -> bool {
+        departing > 0 || self.pending_records > pending_before
     }
 
     /// Where a caller waiting for `target` (exclusive) stands.
@@ -757,14 +757,14 @@ mod tests {
             1,
             "the first group's caller has not left yet"
         );
-        assert!(c.keep_gathering(c.departing_waiters(), 1, 1));
+        assert!(c.keep_gathering(c.departing_waiters(), 1));
         c.deregister_durable_wait(LogSeq(11));
         assert!(
-            !c.keep_gathering(c.departing_waiters(), 1, 1),
+            !c.keep_gathering(c.departing_waiters(), 1),
             "a quiet round with nobody departing ends gathering"
         );
         assert!(
-            c.keep_gathering(c.departing_waiters(), 1, 2),
+            c.keep_gathering(c.departing_waiters(), 0),
             "a round that brought records continues"
         );
         assert_eq!(

@@ -326,8 +326,8 @@ struct ParkedWaiter {
     slot: Arc<WakeSlot>,
 }
 
-/// Where the leader leaves one waiter's verdict. The waiter owns it; only a leader, with `core`
-/// held, writes it.
+/// Where the leader leaves one waiter's verdict. The waiter resets it, with `core` held, before
+/// it parks; the leader that takes it off `parked` is then the only one to write it.
 #[derive(Debug)]
 struct WakeSlot {
     thread: Thread,
@@ -772,8 +772,7 @@ impl WalWriter {
                 drop(core);
                 thread::yield_now();
                 core = lock(&self.core);
-                let departing = self.departing_count(&core);
-                if !core.keep_gathering(departing, before, core.pending_records()) {
+                if !core.keep_gathering(self.departing_count(&core), before) {
                     break;
                 }
             }
