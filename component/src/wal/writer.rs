@@ -713,8 +713,7 @@ impl WalWriter {
 
     /// Under the lock, after the leader's group completed or it released: deregisters every
     /// parked waiter whose wait is settled, and, if leadership was handed off, picks the
-    /// earliest parked waiter on pending records to take it. The caller wakes them after
-    /// dropping the lock ([`Self::wake`]).
+    /// earliest parked waiter on pending records to take it, for [`Self::wake_settled`] to wake.
     fn take_woken(
         &self,
         core: &mut GroupCommit,
@@ -746,13 +745,21 @@ impl WalWriter {
         woken
     }
 
-    /// Wakes what [`Self::take_woken`] took, in its order. A spread of the wakes over the woken
-    /// (each waking two more) cut the leader's share but not the cycle, on two cores: measured
-    /// within noise, so the leader wakes them all.
-    fn wake(woken: Vec<(Arc<WakeSlot>, Verdict)>) {
+    /// After a leader's step: wakes, without the lock, the waiters [`Self::take_woken`] settles,
+    /// in its order, and takes the lock back. A spread of the wakes over the woken (each waking
+    /// two more) cut the leader's share but not the cycle, on two cores: measured within noise,
+    /// so the leader wakes them all.
+    fn wake_settled<'a>(
+        &'a self,
+        mut core: MutexGuard<'a, GroupCommit>,
+        step: LeaderStep,
+    ) -> MutexGuard<'a, GroupCommit> {
+        let woken = self.take_woken(&mut core, step);
+        drop(core);
         for (slot, verdict) in woken {
             slot.wake(verdict);
         }
+        lock(&self.core)
     }
 
     /// Leads until the core says to stop: writes one group at a time, outside the lock, and
@@ -780,10 +787,7 @@ impl WalWriter {
         loop {
             let Some(group) = core.poll_group() else {
                 core.release_leadership();
-                let woken = self.take_woken(&mut core, LeaderStep::Release);
-                drop(core);
-                Self::wake(woken);
-                return lock(&self.core);
+                return self.wake_settled(core, LeaderStep::Release);
             };
             drop(core);
             let result = self.write_group(&group);
@@ -793,10 +797,7 @@ impl WalWriter {
             }
             core.handle_group_done(&group, result);
             let step = core.poll_leader_step();
-            let woken = self.take_woken(&mut core, step);
-            drop(core);
-            Self::wake(woken);
-            core = lock(&self.core);
+            core = self.wake_settled(core, step);
             if step != LeaderStep::Continue {
                 return core;
             }
