@@ -168,39 +168,39 @@ fn build_guest(package: &str, features: Option<&str>, artifact: &str, file: &str
     kept
 }
 
-/// `wac plug socket --plug plug -o out`: the plug's exports satisfy the socket's imports. The
-/// packages are named as `wac plug` names them, so the output is the same, byte for byte.
+/// `wac plug socket --plug plug -o out`: the plug's exports satisfy the socket's imports.
 fn plug(socket: &Path, plug: &Path, out: &Path) {
+    let bytes = compose(socket, plug).unwrap_or_else(|e| {
+        let mut message = format!("plug {} into {}: {e}", plug.display(), socket.display());
+        let mut cause = e.source();
+        while let Some(inner) = cause {
+            message.push_str(&format!(": {inner}"));
+            cause = inner.source();
+        }
+        panic!("{message}")
+    });
+    std::fs::write(out, bytes).unwrap_or_else(|e| panic!("write {}: {e}", out.display()));
+}
+
+/// The composition `plug` writes. The packages are named as `wac plug` names them, so the
+/// output is the same, byte for byte.
+fn compose(
+    socket: &Path,
+    plug: &Path,
+) -> Result<Vec<u8>, Box<dyn std::error::Error + Send + Sync>> {
     use wac_graph::types::Package;
     use wac_graph::{CompositionGraph, EncodeOptions};
-    let step = |what: &str, e: &dyn std::fmt::Display| {
-        format!(
-            "plug {} into {}: {what}: {e:#}",
-            plug.display(),
-            socket.display()
-        )
-    };
     let stem = plug
         .file_stem()
-        .expect("a plug is a file")
+        .ok_or("a plug is a file")?
         .to_string_lossy();
     let mut graph = CompositionGraph::new();
-    let socket_package = Package::from_file("socket", None, socket, graph.types_mut())
-        .unwrap_or_else(|e| panic!("{}", step("read the socket", &e)));
-    let socket_id = graph
-        .register_package(socket_package)
-        .unwrap_or_else(|e| panic!("{}", step("register the socket", &e)));
-    let plug_package = Package::from_file(&format!("plug:{stem}"), None, plug, graph.types_mut())
-        .unwrap_or_else(|e| panic!("{}", step("read the plug", &e)));
-    let plug_id = graph
-        .register_package(plug_package)
-        .unwrap_or_else(|e| panic!("{}", step("register the plug", &e)));
-    wac_graph::plug(&mut graph, vec![plug_id], socket_id)
-        .unwrap_or_else(|e| panic!("{}", step("plug", &e)));
-    let bytes = graph
-        .encode(EncodeOptions::default())
-        .unwrap_or_else(|e| panic!("{}", step("encode", &e)));
-    std::fs::write(out, bytes).unwrap_or_else(|e| panic!("write {}: {e}", out.display()));
+    let socket_package = Package::from_file("socket", None, socket, graph.types_mut())?;
+    let socket_id = graph.register_package(socket_package)?;
+    let plug_package = Package::from_file(&format!("plug:{stem}"), None, plug, graph.types_mut())?;
+    let plug_id = graph.register_package(plug_package)?;
+    wac_graph::plug(&mut graph, vec![plug_id], socket_id)?;
+    Ok(graph.encode(EncodeOptions::default())?)
 }
 
 fn ensure_target_installed() {
