@@ -915,33 +915,50 @@ fn answer<T, U>(
 /// A started guest call. It resolves to its answer, which the session sends (see the loop).
 type Task<'a> = Pin<Box<dyn Future<Output = Answer> + Send + 'a>>;
 
-/// A finished guest call's answers, not yet sent to their callers. Sending them returns how
-/// many calls they answer.
-type Answer = Box<dyn FnOnce() -> usize + Send>;
+/// A finished guest call's answers, not yet sent to their callers. Sending them says what they
+/// answered.
+type Answer = Box<dyn FnOnce() -> Sent + Send>;
+
+/// What sending one guest call's answers did.
+struct Sent {
+    /// How many calls they answered.
+    calls: usize,
+    /// The component broke the interface's contract in a way wasmtime cannot see (it is not
+    /// Stele's guest, or it is broken). Its state is then unknown, so the instance stops: the
+    /// session ends with this error, and every later call gets it.
+    broken: Option<SandboxError>,
+}
 
 fn answer_with<T: Send + 'static>(reply: Reply<T>, result: Result<T, WalError>) -> Answer {
     Box::new(move || {
         reply.send(result);
-        1
+        Sent {
+            calls: 1,
+            broken: None,
+        }
     })
 }
 
-/// Sends each caller of a `commit-batches-durable` call its own batch's outcome; returns how
-/// many were answered. A trap answers every caller with it, and so does a component that
-/// answers a different number of batches than it was given (it is not Stele's guest, or it
-/// is broken: which batch an outcome belongs to is then unknown).
+/// Sends each caller of a `commit-batches-durable` call its own batch's outcome. A trap
+/// answers every caller with it, and so does a component that answers a different number of
+/// batches than it was given: which batch an outcome belongs to is then unknown, and so is
+/// what the component made durable, so that also stops the instance.
 fn answer_batches(
     replies: Vec<Reply<Range<LogSeq>>>,
     result: wasmtime::Result<Vec<Result<wit::SeqRange, wit::WalError>>>,
-) -> usize {
-    let answered = replies.len();
+) -> Sent {
+    let calls = replies.len();
+    let mut broken = None;
     let outcomes: Result<_, WalError> = match result {
-        Ok(outcomes) if outcomes.len() == answered => Ok(outcomes),
-        Ok(outcomes) => Err(SandboxError::Trapped(format!(
-            "the component answered {} outcomes for {answered} batches",
-            outcomes.len()
-        ))
-        .into()),
+        Ok(outcomes) if outcomes.len() == calls => Ok(outcomes),
+        Ok(outcomes) => {
+            let error = SandboxError::Trapped(format!(
+                "the component answered {} outcomes for {calls} batches",
+                outcomes.len()
+            ));
+            broken = Some(error.clone());
+            Err(error.into())
+        }
         Err(trap) => Err(trap_error(trap).into()),
     };
     match outcomes {
@@ -956,7 +973,7 @@ fn answer_batches(
             }
         }
     }
-    answered
+    Sent { calls, broken }
 }
 
 /// Instantiates the component in `store` and creates or opens the log: the session every
@@ -1042,7 +1059,7 @@ impl Session {
                         match queue.try_recv() {
                             Ok(request) => request,
                             // Nothing queued, nothing in flight: give the instance back.
-                            Err(_) => break,
+                            Err(_) => return Ok(()),
                         }
                     } else {
                         tokio::select! {
@@ -1065,11 +1082,16 @@ impl Session {
                                         break;
                                     }
                                 }
+                                let mut broken = None;
                                 for send in answers {
-                                    let answered = send();
-                                    calls_outstanding.fetch_sub(answered, Ordering::SeqCst);
+                                    let sent = send();
+                                    calls_outstanding.fetch_sub(sent.calls, Ordering::SeqCst);
+                                    broken = broken.or(sent.broken);
                                 }
-                                continue;
+                                match broken {
+                                    Some(error) => return Err(error),
+                                    None => continue,
+                                }
                             }
                             Some(request) = queue.recv() => request,
                         }
@@ -1085,7 +1107,7 @@ impl Session {
                 }
             })
             .await;
-        outcome.map_err(trap_error)
+        outcome.map_err(trap_error)?
     }
 }
 
@@ -1311,6 +1333,39 @@ mod tests {
         );
         assert!(matches!(calls[0], Call::DurableBatches(_)));
         assert!(matches!(calls[3], Call::One(_)), "a gathering of one");
+    }
+
+    /// A component that answers fewer outcomes than it was given batches: every caller gets
+    /// the same typed error (which batch an outcome belongs to is unknown), and the answer says
+    /// the instance is broken, which ends the session (see `Session::serve`).
+    #[test]
+    fn a_miscounted_batch_answer_fails_every_caller_and_breaks_the_instance() {
+        let (replies, answers): (Vec<_>, Vec<_>) = (0..3)
+            .map(|_| {
+                let (sender, answer) = oneshot::channel();
+                (
+                    Reply {
+                        sender,
+                        departures: None,
+                    },
+                    answer,
+                )
+            })
+            .unzip();
+        let one_outcome = vec![Ok(wit::SeqRange { start: 0, end: 1 })];
+        let sent = answer_batches(replies, Ok(one_outcome));
+        assert_eq!(sent.calls, 3);
+        let Some(SandboxError::Trapped(why)) = sent.broken.clone() else {
+            panic!("a miscount must break the instance, got {:?}", sent.broken);
+        };
+        assert_eq!(why, "the component answered 1 outcomes for 3 batches");
+        for mut answer in answers {
+            let got = answer.try_recv().expect("every caller is answered");
+            assert_eq!(
+                got,
+                Err(WalError::Sandbox(SandboxError::Trapped(why.clone())))
+            );
+        }
     }
 
     /// A session on `fault` with the log `g` created under `options`.
