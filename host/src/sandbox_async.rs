@@ -1039,7 +1039,8 @@ impl Session {
         })
     }
 
-    /// `Err` (the trap, typed) when the instance can no longer run.
+    /// `Err` when the instance can no longer run: it trapped (the trap, typed), or it broke the
+    /// interface's contract in a way wasmtime cannot see (see [`Sent::broken`]).
     async fn serve(&mut self, calls_outstanding: &AtomicUsize) -> Result<(), SandboxError> {
         let Session {
             store,
