@@ -170,29 +170,19 @@ fn build_guest(package: &str, features: Option<&str>, artifact: &str, file: &str
 
 /// `wac plug socket --plug plug -o out`: the plug's exports satisfy the socket's imports.
 fn plug(socket: &Path, plug: &Path, out: &Path) {
-    let bytes = compose(socket, plug).unwrap_or_else(|e| {
-        let mut message = format!("plug {} into {}: {e}", plug.display(), socket.display());
-        let mut cause = e.source();
-        while let Some(inner) = cause {
-            message.push_str(&format!(": {inner}"));
-            cause = inner.source();
-        }
-        panic!("{message}")
-    });
+    let bytes = compose(socket, plug)
+        .unwrap_or_else(|e| panic!("plug {} into {}: {e:#}", plug.display(), socket.display()));
     std::fs::write(out, bytes).unwrap_or_else(|e| panic!("write {}: {e}", out.display()));
 }
 
 /// The composition `plug` writes. The packages are named as `wac plug` names them, so the
 /// output is the same, byte for byte.
-fn compose(
-    socket: &Path,
-    plug: &Path,
-) -> Result<Vec<u8>, Box<dyn std::error::Error + Send + Sync>> {
+fn compose(socket: &Path, plug: &Path) -> anyhow::Result<Vec<u8>> {
     use wac_graph::types::Package;
     use wac_graph::{CompositionGraph, EncodeOptions};
     let stem = plug
         .file_stem()
-        .ok_or("a plug is a file")?
+        .ok_or_else(|| anyhow::anyhow!("a plug is a file"))?
         .to_string_lossy();
     let mut graph = CompositionGraph::new();
     let socket_package = Package::from_file("socket", None, socket, graph.types_mut())?;
