@@ -143,6 +143,7 @@ macro_rules! wal_conversions {
                     durable_end: LogSeq(b.durable_end),
                 }
                 .into(),
+                E::Locked(lock_path) => WalOpenError::Locked { lock_path }.into(),
                 E::NotEmpty(len) => WalOpenError::NotEmpty { len }.into(),
                 E::BadHeader(h) => WalOpenError::BadHeader(from_wit_header(h)).into(),
                 E::Corrupt(c) => WalOpenError::Corrupt {

@@ -182,6 +182,15 @@ fn wasmtime_wasi_alone_appends_and_recovers() {
         .call_create(&mut store, "log.wal", wit_options())
         .unwrap()
         .expect("create log.wal under the preopen");
+    // One writer per log: the adapter's lock excludes a second writer within its instance.
+    let second = wal.call_open(&mut store, "log.wal", wit_options()).unwrap();
+    assert!(
+        matches!(
+            &second,
+            Err(bindings::exports::stele::log::wal::WalError::Locked(path)) if path == "log.wal.lock"
+        ),
+        "{second:?}"
+    );
     for i in 0..RECORDS {
         let seq = wal
             .call_commit_durable(&mut store, writer, 1, &payload(i))
@@ -255,6 +264,14 @@ fn wasmtime_wasi_alone_runs_segments_and_the_journal() {
         .call_create(&mut store, "seg", options)
         .unwrap()
         .unwrap();
+    let second = wal.call_open(&mut store, "seg", options).unwrap();
+    assert!(
+        matches!(
+            &second,
+            Err(bindings::exports::stele::log::wal::WalError::Locked(path)) if path == "seg/LOCK"
+        ),
+        "{second:?}"
+    );
     for i in 0..RECORDS {
         wal.call_commit_durable(&mut store, writer, 1, &payload(i))
             .unwrap()

@@ -143,3 +143,186 @@ fn journal_dump_and_push_log_scan_take_json() {
     assert_eq!(rows[1]["frames"], 1);
     assert_eq!(rows[1]["end"], "Clean");
 }
+
+// ---------------------------------------------------------------------------------------------
+// One writer per WAL, across processes.
+
+/// Asserts that a writer command was refused because another writer holds the log: a non-zero
+/// exit, nothing acknowledged, and one line on stderr naming `lock` (the lock file's path, as
+/// the command was given its log's: relative to its working directory here).
+fn assert_refused(run: &common::Run, lock: &std::path::Path, what: &str) {
+    assert_ne!(run.code, Some(0), "{what}: not refused: {}", run.stdout);
+    let lines: Vec<&str> = run.stderr.lines().collect();
+    assert_eq!(lines.len(), 1, "{what}: one line, got {:?}", run.stderr);
+    assert!(
+        lines[0].contains(&lock.display().to_string()) && lines[0].contains("another writer"),
+        "{what}: the line names the lock {}: {:?}",
+        lock.display(),
+        lines[0]
+    );
+    assert!(!run.stdout.contains("ack"), "{what}: {}", run.stdout);
+}
+
+/// While a writer in this process holds a log (natively or in the component), every writer
+/// command of the CLI is refused with one line naming the lock, and every reader command
+/// works.
+#[test]
+fn readers_work_and_writer_commands_are_refused_while_a_writer_holds_the_log() {
+    use stele::wal::{DurabilityPolicy, WalOptions};
+    use stele_host::{Mode, Wal};
+
+    let dir = tempfile::tempdir().unwrap();
+    let root = Some(dir.path());
+    let run = common::stele_run(
+        root,
+        &["wal", "append", "--single-file", "src.wal", "a", "b"],
+    );
+    assert_eq!(run.code, Some(0), "{}", run.stderr);
+    let fs = std::sync::Arc::new(stele_host::fs::RealFs::open_root(dir.path()).unwrap());
+    for mode in [Mode::Native, Mode::Sandboxed] {
+        let segmented = WalOptions::segmented(DurabilityPolicy::FullSync, 4096);
+        let holder = Wal::open(fs.clone(), "log", segmented, mode).unwrap().0;
+        for i in 0..60u32 {
+            holder
+                .commit_durable(1, format!("record {i:03} {}", "x".repeat(90)).as_bytes())
+                .unwrap();
+        }
+        let lock = std::path::Path::new("log/LOCK");
+        for args in [
+            &["wal", "append", "log", "refused"][..],
+            &["wal", "soak", "log", "--count", "3"],
+            &["wal", "soak", "log", "--count", "3", "--sandboxed"],
+            &["wal", "convert", "src.wal", "log"],
+        ] {
+            assert_refused(
+                &common::stele_run(root, args),
+                lock,
+                &format!("{mode:?} {args:?}"),
+            );
+        }
+        for args in [
+            &["wal", "dump", "log"][..],
+            &["wal", "dump", "--json", "log"],
+            &["wal", "tail", "-n", "3", "log"],
+            &["wal", "segments", "log"],
+            &["inspect", "log"],
+            &["verify", "log"],
+        ] {
+            let run = common::stele_run(root, args);
+            assert_eq!(run.code, Some(0), "{mode:?} {args:?}: {}", run.stderr);
+        }
+        let rows =
+            common::json_lines(&common::stele_run(root, &["wal", "dump", "--json", "log"]).stdout);
+        assert_eq!(rows.len() as u64 - 1, holder.stats().unwrap().durable_end.0);
+
+        let single = WalOptions::single_file(DurabilityPolicy::FullSync);
+        let file_holder = Wal::open(fs.clone(), "f.wal", single, mode).unwrap().0;
+        file_holder.commit_durable(1, b"held").unwrap();
+        let lock = std::path::Path::new("f.wal.lock");
+        for args in [
+            &["wal", "append", "f.wal", "refused"][..],
+            &["wal", "soak", "--single-file", "f.wal", "--count", "3"],
+        ] {
+            assert_refused(
+                &common::stele_run(root, args),
+                lock,
+                &format!("{mode:?} {args:?}"),
+            );
+        }
+        let run = common::stele_run(root, &["wal", "dump", "f.wal"]);
+        assert_eq!(run.code, Some(0), "{}", run.stderr);
+
+        // Dropped, the holders let the next writer in.
+        drop((holder, file_holder));
+        for args in [
+            &["wal", "append", "log", "after"][..],
+            &["wal", "append", "f.wal", "after"],
+        ] {
+            let run = common::stele_run(root, args);
+            assert_eq!(run.code, Some(0), "{mode:?} {args:?}: {}", run.stderr);
+        }
+    }
+}
+
+/// Starts `stele wal soak ARGS` in `dir`; returns it and a channel of the seqs it acknowledges.
+fn spawn_soak(
+    dir: &std::path::Path,
+    args: &[&str],
+) -> (std::process::Child, std::sync::mpsc::Receiver<u64>) {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_stele"))
+        .current_dir(dir)
+        .args(["wal", "soak"])
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let (sender, acks) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines() {
+            let Ok(line) = line else { return };
+            if let Some(seq) = line.strip_prefix("ack ")
+                && sender.send(seq.parse::<u64>().unwrap()).is_err()
+            {
+                return;
+            }
+        }
+    });
+    (child, acks)
+}
+
+/// Two `stele wal soak` processes on one directory, as a user would start them: the second is
+/// refused (in either mode, against a first in either mode), and after the first is killed
+/// with SIGKILL every seq it acknowledged is recovered and the next writer opens (the kernel
+/// released the lock).
+#[test]
+fn a_second_soak_is_refused_and_the_first_loses_nothing() {
+    use std::collections::BTreeSet;
+
+    for (first, second) in [(&[][..], &["--sandboxed"][..]), (&["--sandboxed"], &[])] {
+        let dir = tempfile::tempdir().unwrap();
+        let (mut writer, acks) = spawn_soak(dir.path(), &[&["log"][..], first].concat());
+        let mut acked = BTreeSet::new();
+        acked.insert(
+            acks.recv_timeout(Duration::from_secs(60))
+                .expect("the first writer acknowledged within 60 s"),
+        );
+        let mut args = vec!["wal", "soak", "log", "--count", "5"];
+        args.extend(second);
+        let run = common::stele_run(Some(dir.path()), &args);
+        assert_refused(&run, std::path::Path::new("log/LOCK"), &format!("{args:?}"));
+        // The first goes on acknowledging after the refusal.
+        let after_refusal = acks
+            .recv_timeout(Duration::from_secs(20))
+            .expect("still acknowledging");
+        acked.insert(after_refusal);
+        std::thread::sleep(Duration::from_millis(100));
+        writer.kill().unwrap(); // SIGKILL
+        writer.wait().unwrap();
+        acked.extend(acks.try_iter());
+
+        let run = common::stele_run(Some(dir.path()), &["wal", "dump", "--json", "log"]);
+        assert_eq!(run.code, Some(0), "{}", run.stderr);
+        let rows = common::json_lines(&run.stdout);
+        let present: BTreeSet<u64> = rows[..rows.len() - 1]
+            .iter()
+            .map(|r| r["seq"].as_u64().unwrap())
+            .collect();
+        let lost: Vec<_> = acked.difference(&present).collect();
+        assert!(
+            lost.is_empty(),
+            "{first:?} then {second:?}: acknowledged seqs lost: {lost:?}"
+        );
+
+        // SIGKILL released the lock: the next writer opens and appends after the last seq.
+        let mut args = vec!["wal", "soak", "log", "--count", "10"];
+        args.extend(second);
+        let run = common::stele_run(Some(dir.path()), &args);
+        assert_eq!(run.code, Some(0), "after SIGKILL: {}", run.stderr);
+        assert_eq!(
+            run.stdout.lines().filter(|l| l.starts_with("ack ")).count(),
+            10
+        );
+    }
+}

@@ -665,7 +665,79 @@ fn mixed_callers_are_all_answered_and_every_ack_is_durable(mode: Mode) {
     assert_eq!(ids.len() as u64, expected, "each recovered once");
 }
 
+/// One writer per log, in the same process: create then open, open then open, and create
+/// over a held log are refused with `Locked` naming the lock file, write nothing, and leave the
+/// holder working; readers keep reading; once the holder is dropped the next writer opens. A
+/// writer in the other mode is refused the same way (the lock is the host's, whichever side
+/// asks).
+fn a_second_writer_is_refused_until_the_first_is_dropped(mode: Mode) {
+    let other = match mode {
+        Mode::Native => Mode::Sandboxed,
+        _ => Mode::Native,
+    };
+    let root = TempRoot::new();
+    for (path, options, lock_path) in [
+        ("f.wal", opts(DurabilityPolicy::FullSync, 0), "f.wal.lock"),
+        (
+            "seg",
+            WalOptions::segmented(DurabilityPolicy::FullSync, 4096),
+            "seg/LOCK",
+        ),
+    ] {
+        let holder = Wal::create(root.vfs(), path, options, mode).unwrap();
+        holder.commit_durable(1, b"held").unwrap();
+        let on_disk = |root: &TempRoot| -> Vec<(String, Vec<u8>)> {
+            let dir = root.path(path);
+            if dir.is_dir() {
+                let mut files: Vec<_> = std::fs::read_dir(&dir)
+                    .unwrap()
+                    .map(|e| e.unwrap().path())
+                    .map(|p| (p.display().to_string(), std::fs::read(&p).unwrap()))
+                    .collect();
+                files.sort();
+                files
+            } else {
+                vec![(path.to_owned(), root.read(path))]
+            }
+        };
+        let before = on_disk(&root);
+        let locked = WalError::Open(WalOpenError::Locked {
+            lock_path: lock_path.into(),
+        });
+        for second_mode in [mode, other] {
+            assert_eq!(
+                Wal::open(root.vfs(), path, options, second_mode).unwrap_err(),
+                locked,
+                "{path}: open while held, {second_mode:?}"
+            );
+            assert_eq!(
+                Wal::create(root.vfs(), path, options, second_mode).unwrap_err(),
+                locked,
+                "{path}: create while held (refused before NotEmpty), {second_mode:?}"
+            );
+        }
+        assert_eq!(on_disk(&root), before, "{path}: a refused writer wrote");
+        // Readers take no lock.
+        let (records, _) = read_wal(root.vfs(), path, mode).unwrap();
+        assert_eq!(records.len(), 1);
+        // The holder is untouched by the refusals.
+        assert_eq!(holder.commit_durable(1, b"still").unwrap(), LogSeq(1));
+        drop(holder);
+
+        let (reopened, rec) = Wal::open(root.vfs(), path, options, mode).unwrap();
+        assert_eq!(rec.next_seq, LogSeq(2));
+        assert_eq!(
+            Wal::open(root.vfs(), path, options, mode).unwrap_err(),
+            locked,
+            "{path}: open then open"
+        );
+        drop(reopened);
+        Wal::open(root.vfs(), path, options, other).unwrap();
+    }
+}
+
 every_mode!(
+    a_second_writer_is_refused_until_the_first_is_dropped,
     round_trip_across_reopens,
     missing_or_empty_file_is_a_new_log,
     torn_tail_at_every_offset_recovers_the_complete_records,

@@ -101,6 +101,7 @@ pub(crate) fn header_error(err: HeaderError) -> wit::HeaderError {
 pub(crate) fn open_error(err: WalOpenError) -> wit::WalError {
     match err {
         WalOpenError::Vfs(e) => wit::WalError::Vfs(to_wit(e)),
+        WalOpenError::Locked { lock_path } => wit::WalError::Locked(lock_path),
         WalOpenError::NotEmpty { len } => wit::WalError::NotEmpty(len),
         WalOpenError::BadHeader(h) => wit::WalError::BadHeader(header_error(h)),
         WalOpenError::Corrupt {

@@ -15,8 +15,9 @@ use std::future::poll_fn;
 use std::rc::Rc;
 use std::task::{Poll, Waker};
 
-use crate::vfs::{OpenMode, Vfs, VfsError, VfsFile};
+use crate::vfs::{OpenMode, Vfs, VfsError, VfsFile, VfsLock};
 use crate::wal::group_commit::{Group, GroupCommit, LeaderStep, Leadership, WaitState};
+use crate::wal::lock::lock_writer;
 use crate::wal::segment::{self, SegmentRetention, segment_path};
 use crate::wal::{
     LogSeq, Recovery, SetupMode, WalRetentionError, WalWriteError, setup_log, setup_segments,
@@ -58,6 +59,9 @@ pub struct AsyncWriter {
     /// Bumped after every group and every release of leadership; a parked task re-checks when it
     /// changed.
     generation: Cell<u64>,
+    /// The writer lock ([`crate::wal::lock`]), held until the writer resource is dropped.
+    /// Declared last, so that it is released only after the file above is closed.
+    _lock: Box<dyn VfsLock>,
 }
 
 struct AsyncSegments {
@@ -110,9 +114,11 @@ impl AsyncWriter {
                 core: RefCell::new(setup.core),
                 parked: RefCell::new(Vec::new()),
                 generation: Cell::new(0),
+                _lock: setup.lock,
             };
             return Ok((writer, setup.recovery.recovery));
         }
+        let lock = lock_writer(&WitVfs, path, false).map_err(open_error)?;
         let file = wit_vfs::open(path, wit_vfs::OpenMode::Create)
             .map_err(|e| open_error(from_wit(e).into()))?;
         let file = WitFile(file);
@@ -123,6 +129,7 @@ impl AsyncWriter {
             core: RefCell::new(core),
             parked: RefCell::new(Vec::new()),
             generation: Cell::new(0),
+            _lock: lock,
         };
         Ok((writer, rec))
     }

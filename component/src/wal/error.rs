@@ -78,6 +78,13 @@ pub enum WalOpenError {
     /// The filesystem refused or failed an operation.
     #[error(transparent)]
     Vfs(#[from] VfsError),
+    /// Another writer holds the log's lock (in this process or another): nothing was read or
+    /// written. See [`super::lock`].
+    #[error("the WAL is held by another writer (lock file {lock_path})")]
+    Locked {
+        /// The lock file the other writer holds.
+        lock_path: String,
+    },
     /// `create` found a file that already holds bytes; use `open` to recover it.
     #[error("log already holds {len} bytes; open it instead of creating it")]
     NotEmpty {

@@ -14,6 +14,20 @@
 //!   record's bytes were written; under [`DurabilityPolicy::Skip`] it means the bytes were
 //!   handed to the OS. `durable_end` never passes a sync that has not returned `Ok`.
 //! - After a failed write or sync, the writer is poisoned: nothing more is reported durable.
+//! - One writer per log: every writer holds the log's advisory lock ([`lock`]) from before it
+//!   reads the log until it is dropped; a second one gets [`WalOpenError::Locked`].
+//! - A failed directory sync (or rename) never leaves a later acknowledgement depending on a
+//!   name that is not durable. Each step handles it one way:
+//!   - creating or recovering a log: the call fails; the next `open` syncs the directory again
+//!     (it always does, under a syncing policy) before it returns a writer;
+//!   - a rotation: the group fails, its callers get [`WalWriteError::Failed`], and the writer
+//!     is poisoned, so it acknowledges nothing more;
+//!   - a checkpoint: the call fails with [`WalRetentionError::Io`] and the writer keeps the old
+//!     checkpoint, so no truncation relies on the new one; calling `checkpoint` again writes it
+//!     again;
+//!   - a truncation: the call fails with [`WalRetentionError::Io`]; no acknowledgement depends
+//!     on a deletion, and a crash can only bring back a prefix of the deleted segments, which
+//!     the checkpoint covers.
 //!
 //! File layout: a 32-byte [`crate::header`] (family WAL, version [`WAL_VERSION`], family word
 //! = first seq), then records back to back. A log is either one such file that grows, or a
@@ -21,6 +35,7 @@
 //! checkpoint and truncation. `docs/FORMAT.md` has the byte-level description.
 
 pub mod group_commit;
+pub mod lock;
 pub mod record;
 pub mod replay;
 pub mod segment;

@@ -7,9 +7,10 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::thread::{self, Thread};
 
 use crate::header::{Family, FileHeader, HEADER_BYTES};
-use crate::vfs::{OpenMode, Vfs, VfsError, VfsFile, parent_dir};
+use crate::vfs::{OpenMode, Vfs, VfsError, VfsFile, VfsLock, parent_dir};
 
 use super::group_commit::{Group, GroupCommit, LeaderStep, Leadership, WaitState};
+use super::lock::lock_writer;
 use super::replay::{Recovery, RecoveryEnd, replay};
 use super::segment::{
     self, SEGMENT_BYTES_MIN, SegmentEnd, SegmentRetention, SegmentedRecovery, WalTruncation, join,
@@ -34,10 +35,15 @@ pub enum SetupMode {
 /// Prepares `file`, opened at `path` in `vfs`, for appending, and returns the group-commit core
 /// that continues it. Every driver (the thread driver here, the component's async driver)
 /// starts a log through this one function, so creation and recovery behave the same in all.
+/// The caller takes the writer lock ([`lock_writer`]) before it opens `file`, and holds it as
+/// long as the core is used.
 ///
 /// A new log gets its header; under `FullSync` and `Barrier` the header is synced and then the
 /// parent directory, so the empty log and its first seq survive power loss from here on. A torn
 /// tail is cut (`set_len`) and, under those policies, the cut is synced before any append.
+/// Recovering an existing log under those policies syncs the parent directory too: the writer
+/// that created the file may have failed (or crashed) before its directory sync returned, and
+/// nothing may be acknowledged in a file whose name a power loss can take.
 ///
 /// # Errors
 /// [`WalOpenError::NotEmpty`] when creating over bytes; replay's errors when recovering (the
@@ -94,6 +100,10 @@ pub fn setup_log(
                     core.count_setup_syncs(1, 0);
                 }
             }
+            if sync.is_some() {
+                vfs.sync_dir(parent_dir(path))?;
+                core.count_setup_syncs(0, 1);
+            }
             core
         }
     };
@@ -113,6 +123,9 @@ pub struct SegmentedSetup {
     pub live: Vec<LogSeq>,
     /// The segment size in effect.
     pub segment_bytes: u64,
+    /// The writer lock (`<dir>/LOCK`), taken before recovery read anything. Whoever drives the
+    /// core holds it until the writer is dropped.
+    pub lock: Box<dyn VfsLock>,
 }
 
 /// Bytes zeroed per write when a torn tail is cleared: bounds the buffer, not the range.
@@ -151,14 +164,20 @@ pub fn start_segment(
 /// [`setup_log`] for a segmented log in directory `dir` (created if missing), with
 /// `options.segment_bytes` (default [`super::segment::SEGMENT_BYTES_DEFAULT`]).
 ///
-/// Recovery runs over every segment first ([`segment::replay_segments`]); on an error nothing
-/// is modified. Then, before the first append: an unfinished rotation's residue is removed, a
-/// torn tail in the last segment is zeroed, and a log with no segment gets its first one; each
-/// of these is synced (file, then directory) under `FullSync` and `Barrier`.
+/// The writer lock (`<dir>/LOCK`, [`lock_writer`]) is taken once the directory exists, before
+/// anything in it is read. Recovery runs over every segment first
+/// ([`segment::replay_segments`]); on an error nothing is modified. Then, before the first
+/// append: an unfinished rotation's residue is removed, a torn tail in the last segment is
+/// zeroed, and a log with no segment gets its first one. Under `FullSync` and `Barrier` each of
+/// these is synced, and then the directory and its parent are, whatever recovery found: a
+/// writer that failed (or crashed) before its rotation's or its creation's directory sync
+/// returned may have left a segment, or the directory itself, whose name is not durable, and
+/// nothing may be acknowledged in it until it is.
 ///
 /// # Errors
 /// [`WalOpenError::SingleFileLog`] if `dir` is a file; [`WalOpenError::SegmentTooSmall`];
-/// [`WalOpenError::NotEmpty`] when creating over segments; recovery's errors; Vfs errors.
+/// [`WalOpenError::Locked`] if another writer holds the log; [`WalOpenError::NotEmpty`] when
+/// creating over segments; recovery's errors; Vfs errors.
 pub fn setup_segments(
     vfs: &dyn Vfs,
     dir: &str,
@@ -186,6 +205,7 @@ pub fn setup_segments(
         }
         vfs.create_dir(dir)?;
     }
+    let lock = lock_writer(vfs, dir, true)?;
     let recovery = segment::replay_segments(vfs, dir, options.first_seq, |_| {})?;
     if mode == SetupMode::Create && recovery.usable_segments().next().is_some() {
         return Err(WalOpenError::NotEmpty {
@@ -195,11 +215,8 @@ pub fn setup_segments(
     let sync = options.policy.group_sync();
     let (mut file_syncs, mut dir_syncs) = (0, 0);
     if let Some(unfinished) = recovery.unfinished_segment() {
+        // Made durable by the directory sync below, before the first append.
         vfs.remove(&join(dir, &segment_file_name(unfinished.first_seq)))?;
-        if sync.is_some() {
-            vfs.sync_dir(dir)?;
-            dir_syncs += 1;
-        }
     }
     let mut live: Vec<LogSeq> = recovery.usable_segments().map(|s| s.first_seq).collect();
     let (current, core) = match recovery.usable_segments().last() {
@@ -207,17 +224,10 @@ pub fn setup_segments(
             let first_seq = recovery.recovery.first_seq;
             let file = start_segment(vfs, dir, first_seq, segment_bytes)?;
             if let Some(kind) = sync {
-                // The empty log and its first seq survive power loss from here on.
+                // The empty log and its first seq survive power loss once the names below are
+                // durable too.
                 file.sync(kind)?;
-                vfs.sync_dir(dir)?;
                 file_syncs += 1;
-                dir_syncs += 1;
-                if !dir.is_empty() {
-                    // The directory itself may be new: its entry in the parent must be durable
-                    // too, or a power loss could drop it with every segment in it.
-                    vfs.sync_dir(parent_dir(dir))?;
-                    dir_syncs += 1;
-                }
             }
             live.push(first_seq);
             let core = GroupCommit::new(&options, first_seq, HEADER_BYTES as u64);
@@ -239,6 +249,17 @@ pub fn setup_segments(
             (file, core)
         }
     };
+    if sync.is_some() {
+        // The segments' names, and the directory's own entry in its parent (it may be new, or
+        // an earlier creator's sync of it may have failed): without them a power loss could
+        // drop a segment, or the directory with every segment in it.
+        vfs.sync_dir(dir)?;
+        dir_syncs += 1;
+        if !dir.is_empty() {
+            vfs.sync_dir(parent_dir(dir))?;
+            dir_syncs += 1;
+        }
+    }
     let mut core = core;
     core.count_setup_syncs(file_syncs, dir_syncs);
     Ok(SegmentedSetup {
@@ -247,6 +268,7 @@ pub fn setup_segments(
         current,
         live,
         segment_bytes,
+        lock,
     })
 }
 
@@ -269,7 +291,9 @@ pub const GATHER_ROUNDS_MAX: usize = 8;
 ///
 /// A segmented writer (see [`Self::open_segmented`]) rotates inside the group commit: a group
 /// that would overflow the current segment is written at the start of a new one, which the
-/// leader creates and preallocates first. [`Self::checkpoint`] and [`Self::truncate_through`]
+/// leader creates and preallocates first. Under a syncing policy the new segment's name is
+/// made durable (a directory sync) before any record in it is acknowledged; if that sync
+/// fails, the group fails as a failed write does and the writer is poisoned. [`Self::checkpoint`] and [`Self::truncate_through`]
 /// then let the log's owner delete what it has absorbed.
 ///
 /// `WalWriter` is `Send + Sync`: share it with `Arc` across threads.
@@ -290,6 +314,9 @@ pub struct WalWriter {
     /// Where a multi-batch group is assembled for one write. Only the leader touches it, so it
     /// is never contended; the mutex only proves that to the compiler.
     group_buf: Mutex<Vec<u8>>,
+    /// The writer lock ([`super::lock`]). Declared last, so that it is released only after the
+    /// files above are closed.
+    _lock: Box<dyn VfsLock>,
 }
 
 /// Where groups go.
@@ -425,16 +452,36 @@ impl WalWriter {
 
     /// [`Self::create`] with every option.
     ///
+    /// One writer per log: before it touches the log, this takes the advisory lock
+    /// `<path>.lock` ([`super::lock`]) and holds it until the writer is dropped.
+    ///
     /// # Errors
+    /// [`WalOpenError::Locked`] if another writer holds the log (nothing was written);
     /// [`WalOpenError::NotEmpty`] if the file holds bytes; a Vfs error otherwise.
     pub fn create_with(
         vfs: &dyn Vfs,
         path: &str,
         options: WalOptions,
     ) -> Result<Self, WalOpenError> {
+        Self::start_single_file(vfs, path, options, SetupMode::Create).map(|(writer, _)| writer)
+    }
+
+    fn start_single_file(
+        vfs: &dyn Vfs,
+        path: &str,
+        options: WalOptions,
+        mode: SetupMode,
+    ) -> Result<(Self, Recovery), WalOpenError> {
+        if let Some(segment_bytes) = options.segment_bytes {
+            return Err(WalOpenError::SegmentOptionsForSingleFile { segment_bytes });
+        }
+        let lock = lock_writer(vfs, path, false)?;
         let file = vfs.open(path, OpenMode::Create)?;
-        let (core, _) = setup_log(vfs, path, &*file, options, SetupMode::Create)?;
-        Ok(Self::from_parts(Storage::SingleFile(file), core))
+        let (core, recovery) = setup_log(vfs, path, &*file, options, mode)?;
+        Ok((
+            Self::from_parts(Storage::SingleFile(file), core, lock),
+            recovery,
+        ))
     }
 
     /// Recovers the log at `path` and resumes appending after its last valid record. A missing
@@ -449,31 +496,39 @@ impl WalWriter {
 
     /// [`Self::open`] with every option; `options.first_seq` applies only to a new log.
     ///
+    /// One writer per log: before it reads the log, this takes the advisory lock `<path>.lock`
+    /// ([`super::lock`]) and holds it until the writer is dropped.
+    ///
     /// A torn tail is cut off (`set_len`) and, under `FullSync` and `Barrier`, the cut is synced
-    /// before this returns, so no later append can land after unfinished bytes.
+    /// before this returns, so no later append can land after unfinished bytes; so is the
+    /// parent directory, so that no record is acknowledged in a file whose name an earlier
+    /// writer's failed directory sync left undurable.
     ///
     /// # Errors
-    /// A bad header, corruption followed by valid records, a malformed record or a seq gap (all
-    /// with byte offsets), or a Vfs error. The file is not modified when an error is returned.
+    /// [`WalOpenError::Locked`] if another writer holds the log; a bad header, corruption
+    /// followed by valid records, a malformed record or a seq gap (all with byte offsets), or a
+    /// Vfs error. The file is not modified when an error is returned.
     pub fn open_with(
         vfs: &dyn Vfs,
         path: &str,
         options: WalOptions,
     ) -> Result<(Self, Recovery), WalOpenError> {
-        let file = vfs.open(path, OpenMode::Create)?;
-        let (core, recovery) = setup_log(vfs, path, &*file, options, SetupMode::Open)?;
-        Ok((Self::from_parts(Storage::SingleFile(file), core), recovery))
+        Self::start_single_file(vfs, path, options, SetupMode::Open)
     }
 
     /// Creates a segmented log in directory `dir` (created if missing; it must hold no
     /// segment), with segments of `options.segment_bytes` (64 MiB unless set).
+    ///
+    /// One writer per log: once the directory exists, this takes the advisory lock
+    /// `<dir>/LOCK` ([`super::lock`]) before anything else, and holds it until the writer is
+    /// dropped.
     ///
     /// Durability: under `FullSync` and `Barrier`, on `Ok` the first segment (header and
     /// preallocated size), its name and the directory's own name are synced, so the empty log
     /// and its first seq survive power loss. Under `Skip` nothing is synced.
     ///
     /// # Errors
-    /// As [`setup_segments`] says.
+    /// As [`setup_segments`] says; [`WalOpenError::Locked`] if another writer holds the log.
     pub fn create_segmented(
         vfs: Arc<dyn Vfs>,
         dir: &str,
@@ -486,12 +541,19 @@ impl WalWriter {
     /// Recovers the segmented log in `dir` (a missing or empty directory becomes a new log at
     /// `options.first_seq`) and resumes after its last valid record.
     ///
+    /// One writer per log: once the directory exists, this takes the advisory lock
+    /// `<dir>/LOCK` ([`super::lock`]) before it reads anything, and holds it until the writer
+    /// is dropped.
+    ///
     /// Before this returns, under `FullSync` and `Barrier`, an unfinished rotation's residue has
     /// been removed and a torn tail zeroed, each durably, so no later append can land after
-    /// unfinished bytes.
+    /// unfinished bytes; and the directory and its parent are synced, so that no record is
+    /// acknowledged in a segment whose name an earlier writer's failed directory sync left
+    /// undurable.
     ///
     /// # Errors
-    /// A bad header or checkpoint, corruption, a seq gap inside or between segments, a first
+    /// [`WalOpenError::Locked`] if another writer holds the log; a bad header or checkpoint,
+    /// corruption, a seq gap inside or between segments, a first
     /// segment that starts after the checkpoint's next seq, or a Vfs error. Nothing is modified
     /// when recovery fails.
     pub fn open_segmented(
@@ -505,6 +567,7 @@ impl WalWriter {
     }
 
     fn from_segmented(vfs: Arc<dyn Vfs>, dir: &str, setup: SegmentedSetup) -> Self {
+        let lock = setup.lock;
         let storage = Storage::Segments(Segments {
             vfs,
             dir: dir.to_owned(),
@@ -515,10 +578,10 @@ impl WalWriter {
                 checkpoint: setup.recovery.checkpoint,
             }),
         });
-        Self::from_parts(storage, setup.core)
+        Self::from_parts(storage, setup.core, lock)
     }
 
-    fn from_parts(storage: Storage, core: GroupCommit) -> Self {
+    fn from_parts(storage: Storage, core: GroupCommit, lock: Box<dyn VfsLock>) -> Self {
         WalWriter {
             storage,
             core: Mutex::new(core),
@@ -526,6 +589,7 @@ impl WalWriter {
             departing: AtomicUsize::new(0),
             gatherer: Mutex::new(None),
             group_buf: Mutex::new(Vec::new()),
+            _lock: lock,
         }
     }
 
@@ -860,7 +924,10 @@ impl WalWriter {
     /// [`WalRetentionError::BeyondDurable`] unless `absorbed_through` is durable (never
     /// clamped); [`WalRetentionError::Regressed`] below the current checkpoint;
     /// [`WalRetentionError::NotSegmented`] for a single-file log; `Io` if writing failed, after
-    /// which the old checkpoint is still the one in effect.
+    /// which the old checkpoint is still the one in effect for this writer, even when the
+    /// failure was the directory sync after the rename (a crash may then bring back either):
+    /// [`Self::truncate_through`] relies only on a checkpoint whose call returned `Ok`. Calling
+    /// `checkpoint` again writes it again.
     pub fn checkpoint(&self, absorbed_through: LogSeq) -> Result<(), WalRetentionError> {
         let Storage::Segments(segments) = &self.storage else {
             return Err(WalRetentionError::NotSegmented);
@@ -883,7 +950,9 @@ impl WalWriter {
     /// # Errors
     /// [`WalRetentionError::BeyondCheckpoint`] unless a checkpoint covers `through`;
     /// [`WalRetentionError::NotSegmented`]; `Io` if a delete or the directory sync failed (the
-    /// segments deleted so far stay deleted; the call can be repeated).
+    /// segments deleted so far stay deleted; the call can be repeated). No acknowledgement
+    /// depends on a deletion: if its directory sync failed, a crash may bring back a prefix of
+    /// the deleted segments, whose records the checkpoint covers.
     pub fn truncate_through(&self, through: LogSeq) -> Result<WalTruncation, WalRetentionError> {
         let Storage::Segments(segments) = &self.storage else {
             return Err(WalRetentionError::NotSegmented);

@@ -8,9 +8,9 @@ use std::time::Instant;
 use anyhow::{Context, Result, bail};
 use clap::{Parser, Subcommand};
 use stele::journal::{JournalOp, SessionState, encode_frames, snapshot_ops};
-use stele::wal::{DurabilityPolicy, RecoveryEnd, WalOptions};
+use stele::wal::{DurabilityPolicy, RecoveryEnd, WalOpenError, WalOptions};
 use stele_host::fs::RealFs;
-use stele_host::{Journal, Mode, Wal, read_wal, replay_journal};
+use stele_host::{Journal, Mode, Wal, WalError, read_wal, replay_journal};
 
 mod bench;
 mod inspect_cmd;
@@ -592,6 +592,31 @@ fn journal_write(path: &std::path::Path, mode: Mode, op: Option<JournalOp>) -> R
     })
 }
 
+/// The error a WAL writer command exits with when opening the log at `path` failed: the
+/// refusal of a second writer becomes one line that names the lock file by its path on disk
+/// (the engine names it relative to the root, `path`'s directory); anything else keeps its
+/// chain under `path`.
+pub(crate) fn wal_writer_error(
+    path: &std::path::Path,
+    err: impl Into<anyhow::Error>,
+) -> anyhow::Error {
+    let err = err.into();
+    let lock_path = match (
+        err.downcast_ref::<WalError>(),
+        err.downcast_ref::<WalOpenError>(),
+    ) {
+        (Some(WalError::Open(WalOpenError::Locked { lock_path })), _)
+        | (_, Some(WalOpenError::Locked { lock_path })) => lock_path.clone(),
+        _ => return err.context(path.display().to_string()),
+    };
+    let root = path.parent().unwrap_or(std::path::Path::new(""));
+    anyhow::anyhow!(
+        "{}: another writer holds this WAL (lock {}); only one writer at a time",
+        path.display(),
+        root.join(lock_path).display()
+    )
+}
+
 /// Splits a path into a Vfs root (its directory) and the file name inside it.
 pub(crate) fn root_and_name(path: &std::path::Path) -> Result<(Arc<RealFs>, String)> {
     let dir = match path.parent() {
@@ -663,7 +688,7 @@ fn wal_soak(
         ..WalOptions::new(DurabilityPolicy::FullSync)
     };
     let (wal, recovery) =
-        Wal::open(fs, &name, options, mode).with_context(|| format!("{}", path.display()))?;
+        Wal::open(fs, &name, options, mode).map_err(|e| wal_writer_error(path, e))?;
     eprintln!(
         "recovered {} records ({:?}); appending from seq {}",
         recovery.records, recovery.end, recovery.next_seq

@@ -11,7 +11,7 @@ use stele::vfs::Vfs;
 use stele::wal::{DurabilityPolicy, LogSeq, VisibleRecord, WalOptions, WalReader};
 use stele_host::{Mode, Wal, read_wal};
 
-use crate::{preview, root_and_name};
+use crate::{preview, root_and_name, wal_writer_error};
 
 /// Lines read from stdin are committed in batches of at most this many records (one group,
 /// one fsync each): large enough to amortize the sync, small enough that a batch of long lines
@@ -38,7 +38,7 @@ pub fn append(path: &Path, op: u16, single_file: bool, payloads: &[String]) -> R
     let (fs, name) = root_and_name(path)?;
     let shown = path.display();
     let (wal, _) = Wal::open(fs, &name, options_for(path, single_file), Mode::Native)
-        .with_context(|| format!("{shown}"))?;
+        .map_err(|e| wal_writer_error(path, e))?;
     let commit = |batch: &[Vec<u8>]| -> Result<()> {
         if batch.is_empty() {
             return Ok(());

@@ -10,7 +10,7 @@ use stele::wal::{DurabilityPolicy, LogSeq, RecoveryEnd, WalOptions, WalReader, W
 
 use stele_host::fs::RealFs;
 
-use crate::root_and_name;
+use crate::{root_and_name, wal_writer_error};
 
 /// Records per `commit_many_durable` while converting: one group per batch, so the batch must
 /// fit a segment; the encoded-byte bound below is what keeps it there.
@@ -133,7 +133,7 @@ pub fn convert(from: &Path, to: &Path, segment_bytes: Option<u64>) -> Result<()>
         batch_bytes_max: CONVERT_BATCH_BYTES_MAX.min(room),
         copied: 0,
     };
-    let in_to = |e: anyhow::Error| e.context(format!("{}", to.display()));
+    let in_to = |e: anyhow::Error| wal_writer_error(to, e);
     while let Some(record) = source
         .next_record()
         .with_context(|| format!("{}", from.display()))?
