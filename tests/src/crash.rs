@@ -10,13 +10,18 @@
 
 use std::time::{Duration, Instant};
 
-use stele_host::fs::{CrashPlan, FaultFs};
+use stele_host::fs::{CrashPlan, FaultFs, FaultRule, InjectedError, OpKind};
 
 /// One workload of the matrix.
 pub trait CrashWorkload: Sync {
     /// What `run` acknowledged, for `check` to hold recovery against.
     type Oracle: Sync;
     fn name(&self) -> String;
+    /// Faults injected into the recorded run (a failed directory sync or rename, say): the run
+    /// must tolerate them, and its oracle holds only what was acknowledged despite them.
+    fn faults(&self) -> Vec<FaultRule> {
+        Vec::new()
+    }
     /// Runs the workload on `fs`, which is recording boundaries.
     fn run(&self, fs: &FaultFs) -> Self::Oracle;
     /// Recovers `crashed` (the state after a crash at `boundary` under `plan`) and checks it.
@@ -60,6 +65,9 @@ impl MatrixReport {
 pub fn explore<W: CrashWorkload>(workload: &W) -> (MatrixReport, FaultFs, W::Oracle) {
     let started = Instant::now();
     let fs = FaultFs::new();
+    for rule in workload.faults() {
+        fs.inject(rule);
+    }
     fs.record_boundaries();
     let oracle = workload.run(&fs);
     let boundaries = fs.boundaries();
@@ -90,6 +98,51 @@ pub fn explore<W: CrashWorkload>(workload: &W) -> (MatrixReport, FaultFs, W::Ora
         elapsed: started.elapsed(),
     };
     (report, fs, oracle)
+}
+
+/// What a workload's name adds for the faults injected into its run: `-syncdir3-fails` for the
+/// third directory sync failing, nothing for a clean run.
+pub fn fault_suffix(faults: &[FaultRule]) -> String {
+    faults
+        .iter()
+        .map(|f| format!("-{:?}{}-fails", f.op, f.nth).to_lowercase())
+        .collect()
+}
+
+/// A workload's fault schedule: a clean run counts its operations of each kind in `ops`; then,
+/// for each of the first `max` of them, the run in which that one operation fails with EIO is
+/// explored. Every faulted run must fire its fault and show no violation. Prints each run's
+/// line and a total, `crash-matrix: NAME runs=R total states=S violations=0`; returns the
+/// number of faulted runs.
+pub fn explore_fault_schedule<W: CrashWorkload>(
+    name: &str,
+    ops: &[(OpKind, u64)],
+    workload: impl Fn(Vec<FaultRule>) -> W,
+) -> usize {
+    let (_, clean, _) = explore(&workload(Vec::new()));
+    let (mut runs, mut states) = (0, 0);
+    for &(op, max) in ops {
+        for nth in 1..=clean.count(op).min(max) {
+            let rule = FaultRule {
+                op,
+                nth,
+                error: InjectedError::Io,
+            };
+            let (report, fs, _) = explore(&workload(vec![rule]));
+            report.print();
+            assert!(
+                fs.trace().iter().any(|t| t.kind == op && t.failed),
+                "{op:?} #{nth} never failed"
+            );
+            assert!(report.violations.is_empty(), "{}", report.violations[0]);
+            states += report.states;
+            runs += 1;
+        }
+    }
+    crate::ci_line(&format!(
+        "crash-matrix: {name} runs={runs} total states={states} violations=0"
+    ));
+    runs
 }
 
 fn panic_message(panic: &Box<dyn std::any::Any + Send>) -> String {

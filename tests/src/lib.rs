@@ -20,6 +20,16 @@ pub fn ci_line(line: &str) {
     let _ = out.flush();
 }
 
+/// A multi-threaded tokio runtime with `workers` worker threads and every driver enabled, for
+/// suites that drive the async APIs from plain `#[test]`s.
+pub fn tokio_runtime(workers: usize) -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(workers)
+        .enable_all()
+        .build()
+        .expect("tokio runtime")
+}
+
 /// A fresh temporary directory and a [`RealFs`] confined to it. The directory is removed on drop.
 pub struct TempRoot {
     pub dir: tempfile::TempDir,

@@ -1,13 +1,30 @@
-//! Error paths under the fault-injecting filesystem, in both modes: fsyncgate at every sync
-//! index, failed and short writes, ENOSPC.
+//! Error paths under the fault-injecting filesystem, in every mode: fsyncgate at every sync
+//! index, failed and short writes, ENOSPC; and, in every facet, a failed directory sync at
+//! every sync-dir index and a failed rename at every rename index, each followed by more work
+//! and a power loss.
 
+use std::collections::BTreeMap;
+use std::fmt::Debug;
 use std::sync::Arc;
 
+use arrow_array::cast::AsArray;
+use arrow_array::types::UInt64Type;
+use arrow_array::{Int64Array, RecordBatch, StringArray, UInt64Array};
+use stele::journal::{
+    JournalError as EngineJournalError, JournalOp, SessionState, encode_frames, snapshot_ops,
+};
+use stele::push_log::{PushLogError, refs};
 use stele::vfs::{Vfs, VfsError};
-use stele::wal::{DurabilityPolicy, LogSeq, RecoveryEnd, WalOpenError, WalOptions, WalWriteError};
+use stele::wal::{
+    DurabilityPolicy, LogSeq, RecoveryEnd, WalOpenError, WalOptions, WalRetentionError,
+    WalWriteError,
+};
 use stele_host::fs::{CrashPlan, FaultFs, FaultRule, InjectedError, OpKind};
-use stele_host::{Mode, Wal, WalError, read_wal};
-use stele_tests::{every_mode, payload};
+use stele_host::{
+    Journal, JournalError, Mode, PushLog, PushLogCallError, Wal, WalError, read_wal,
+    replay_journal_blocking,
+};
+use stele_tests::{ci_line, every_mode, payload, tokio_runtime};
 
 const RECORDS: u64 = 30;
 
@@ -172,8 +189,319 @@ fn enospc_is_a_typed_error(mode: Mode) {
     }
 }
 
+// ---------------------------------------------------------------------------------------------
+// A failed directory sync or rename, in every facet. A clean run of each workload counts its
+// sync-dirs and renames; then, for each index, a fresh filesystem fails that one operation, the
+// workload goes on to the end (reopening a writer that refuses further work), and the power
+// fails with none of the volatile operations kept. Everything acknowledged must be recovered,
+// and the call during which the fault fired must have returned an error: its durability
+// depended on the step that failed.
+
+/// One injected fault, and the check that the call it fired in reported it.
+struct Fault<'a> {
+    fs: &'a FaultFs,
+    op: OpKind,
+    /// 0 for a clean run: never fires.
+    nth: u64,
+    fired_in: Option<&'static str>,
+}
+
+impl<'a> Fault<'a> {
+    fn inject(fs: &'a FaultFs, op: OpKind, nth: u64) -> Self {
+        if nth > 0 {
+            fs.inject(FaultRule {
+                op,
+                nth,
+                error: InjectedError::Io,
+            });
+        }
+        Fault {
+            fs,
+            op,
+            nth,
+            fired_in: None,
+        }
+    }
+
+    /// Runs `call`; if the fault fired during it, the call must have returned an error.
+    fn call<T, E: Debug>(
+        &mut self,
+        what: &'static str,
+        call: impl FnOnce() -> Result<T, E>,
+    ) -> Result<T, E> {
+        let before = self.fs.count(self.op);
+        let result = call();
+        if self.nth > before && self.nth <= self.fs.count(self.op) {
+            assert!(
+                result.is_err(),
+                "{:?} #{} failed inside `{what}`, which still returned Ok",
+                self.op,
+                self.nth
+            );
+            self.fired_in = Some(what);
+        }
+        result
+    }
+}
+
+/// Runs `workload` clean to count its operations of kind `op`, then once per index with that
+/// operation failing. Returns how many faulted runs it made.
+fn at_every_index(op: OpKind, workload: impl Fn(&FaultFs, &mut Fault)) -> u64 {
+    let clean = FaultFs::new();
+    workload(&clean, &mut Fault::inject(&clean, op, 0));
+    let total = clean.count(op);
+    for nth in 1..=total {
+        let fs = FaultFs::new();
+        let mut fault = Fault::inject(&fs, op, nth);
+        workload(&fs, &mut fault);
+        assert!(
+            fault.fired_in.is_some(),
+            "{op:?} #{nth} of {total} never fired: the faulted run took another path"
+        );
+    }
+    total
+}
+
+/// [`at_every_index`] for directory syncs, then for renames; says how many runs each made.
+fn at_every_sync_dir_and_rename(workload: impl Fn(&FaultFs, &mut Fault)) -> String {
+    let sync_dirs = at_every_index(OpKind::SyncDir, &workload);
+    let renames = at_every_index(OpKind::Rename, &workload);
+    format!("SyncDir={sync_dirs} Rename={renames}")
+}
+
+fn power_loss(fs: &FaultFs) -> Arc<dyn Vfs> {
+    Arc::new(fs.crash(CrashPlan::KeepPrefix { ops: 0 }))
+}
+
+/// Commits 40 durable records of 60 to 560 bytes (in 4 KiB segments: several rotations), with
+/// a checkpoint and a truncation after the 20th and a reopen after the 30th. A writer that
+/// refuses further work (poisoned) is reopened; a failed open is retried once.
+fn wal_workload(mode: Mode, segmented: bool, fs: &FaultFs, fault: &mut Fault) {
+    let (path, options) = if segmented {
+        (
+            "log",
+            WalOptions::segmented(DurabilityPolicy::FullSync, 4096),
+        )
+    } else {
+        ("f.wal", WalOptions::single_file(DurabilityPolicy::FullSync))
+    };
+    let options = WalOptions {
+        first_seq: LogSeq(500),
+        ..options
+    };
+    let open = |fault: &mut Fault| -> Wal {
+        match fault.call("open", || Wal::open(vfs(fs), path, options, mode)) {
+            Ok((wal, _)) => wal,
+            Err(first) => match Wal::open(vfs(fs), path, options, mode) {
+                Ok((wal, _)) => wal,
+                Err(again) => panic!("open failed twice: {first:?}, then {again:?}"),
+            },
+        }
+    };
+    let mut wal = open(fault);
+    let mut acked: BTreeMap<u64, Vec<u8>> = BTreeMap::new();
+    let mut truncated_through = None;
+    for i in 0..40u64 {
+        let p = payload(0, i, 60 + (i as usize * 97) % 500);
+        match fault.call("commit", || wal.commit_durable(1, &p)) {
+            Ok(seq) => {
+                acked.insert(seq.0, p);
+            }
+            Err(WalError::Write(WalWriteError::Failed { .. })) => {
+                drop(wal);
+                wal = open(fault);
+            }
+            Err(other) => panic!("commit {i}: {other:?}"),
+        }
+        if segmented && i == 20 {
+            let through = LogSeq(acked.keys().next_back().unwrap() - 3);
+            match fault.call("checkpoint", || wal.checkpoint(through)) {
+                Ok(()) => {
+                    // A truncation whose directory sync failed has still deleted segments.
+                    truncated_through = Some(through.0);
+                    match fault.call("truncate", || wal.truncate_through(through)) {
+                        Ok(_) | Err(WalError::Retention(WalRetentionError::Io(_))) => {}
+                        Err(other) => panic!("truncate: {other:?}"),
+                    }
+                }
+                Err(WalError::Retention(WalRetentionError::Io(_))) => {}
+                Err(other) => panic!("checkpoint: {other:?}"),
+            }
+        }
+        if i == 30 {
+            drop(wal);
+            wal = open(fault);
+        }
+    }
+    drop(wal);
+    let (records, _) = read_wal(power_loss(fs), path, mode)
+        .unwrap_or_else(|e| panic!("recovery after the power loss: {e:?}"));
+    let recovered: BTreeMap<u64, &[u8]> =
+        records.iter().map(|r| (r.seq.0, &r.payload[..])).collect();
+    for (seq, p) in &acked {
+        match recovered.get(seq) {
+            Some(bytes) => assert_eq!(bytes, &&p[..], "seq {seq}: other bytes"),
+            // Truncation may delete what it covers; nothing else may go.
+            None if truncated_through.is_some_and(|t| *seq <= t) => {}
+            None => panic!(
+                "acknowledged seq {seq} lost ({:?} #{} failed in {:?})",
+                fault.op, fault.nth, fault.fired_in
+            ),
+        }
+    }
+}
+
+fn wal_survives_a_failed_dir_sync_or_rename_at_every_index(mode: Mode) {
+    for segmented in [false, true] {
+        let runs =
+            at_every_sync_dir_and_rename(|fs, fault| wal_workload(mode, segmented, fs, fault));
+        let layout = if segmented {
+            "segmented"
+        } else {
+            "single-file"
+        };
+        ci_line(&format!(
+            "fault-paths: wal {layout} {}: {runs}",
+            mode.name()
+        ));
+    }
+}
+
+/// Twelve appends of one or two ops, compactions after the 4th and 8th, and a reopen right
+/// after the second compaction (a new writer must not trust a name the old one left
+/// undurable). The writer retries a pending directory sync itself, so it is kept after a
+/// failure.
+fn journal_workload(mode: Mode, fs: &FaultFs, fault: &mut Fault) {
+    let rt = tokio_runtime(1);
+    let open = |fault: &mut Fault| -> Journal {
+        fault
+            .call("open", || rt.block_on(Journal::open(vfs(fs), "j", mode)))
+            .expect("the journal's open makes no directory sync or rename")
+    };
+    let mut journal = open(fault);
+    let mut acked: Vec<JournalOp> = Vec::new();
+    for i in 0..12u64 {
+        let mut ops = vec![JournalOp::Set {
+            key: format!("k{}", i % 5).into_bytes(),
+            value: format!("v{i}").into_bytes(),
+        }];
+        if i % 3 == 2 {
+            ops.push(JournalOp::Delete {
+                key: format!("k{}", (i + 2) % 5).into_bytes(),
+            });
+        }
+        let mut buf = encode_frames(&ops);
+        match fault.call("append", || rt.block_on(journal.append(&mut buf))) {
+            Ok(()) => acked.extend(ops),
+            Err(JournalError::Journal(EngineJournalError::AppendFailed { .. })) => {}
+            Err(other) => panic!("append {i}: {other:?}"),
+        }
+        if i == 4 || i == 8 {
+            let snapshot = encode_frames(&snapshot_ops(&SessionState::fold(&acked)));
+            match fault.call("compact", || rt.block_on(journal.compact(snapshot))) {
+                Ok(())
+                | Err(JournalError::Journal(
+                    EngineJournalError::CompactFailed { .. }
+                    | EngineJournalError::CompactNotDurable { .. },
+                )) => {}
+                Err(other) => panic!("compact: {other:?}"),
+            }
+        }
+        if i == 8 {
+            drop(journal);
+            journal = open(fault);
+        }
+    }
+    drop(journal);
+    let (ops, _) = replay_journal_blocking(power_loss(fs), "j", mode)
+        .unwrap_or_else(|e| panic!("recovery after the power loss: {e:?}"));
+    // A failed append or compaction leaves nothing behind, so the state is exactly the
+    // acknowledged one.
+    assert_eq!(
+        SessionState::fold(&ops),
+        SessionState::fold(&acked),
+        "{:?} #{} failed in {:?}",
+        fault.op,
+        fault.nth,
+        fault.fired_in
+    );
+}
+
+fn journal_survives_a_failed_dir_sync_or_rename_at_every_index(mode: Mode) {
+    let runs = at_every_sync_dir_and_rename(|fs, fault| journal_workload(mode, fs, fault));
+    ci_line(&format!("fault-paths: journal {}: {runs}", mode.name()));
+}
+
+fn push(seq: u64) -> RecordBatch {
+    RecordBatch::try_new(
+        refs::schema(),
+        vec![
+            Arc::new(StringArray::from(vec![format!("ref{}", seq % 3)])),
+            Arc::new(StringArray::from(vec![Some(format!("c{seq}"))])),
+            Arc::new(UInt64Array::from(vec![seq])),
+            Arc::new(Int64Array::from(vec![seq as i64])),
+        ],
+    )
+    .unwrap()
+}
+
+/// Ten pushes, compactions after the 4th and 8th, and a new handle right after the second
+/// compaction (a new writer must not trust a name the old one left undurable). The log retries
+/// a pending directory sync itself, so it is kept after a failure.
+fn push_log_workload(mode: Mode, fs: &FaultFs, fault: &mut Fault) {
+    let open = || PushLog::new(vfs(fs), "refs.log", refs::schema(), mode).unwrap();
+    let mut log = open();
+    let mut acked = Vec::new();
+    for seq in 1..=10u64 {
+        match fault.call("append", || log.append(&push(seq))) {
+            Ok(_) => acked.push(seq),
+            Err(PushLogCallError::PushLog(PushLogError::AppendFailed { .. })) => {}
+            Err(other) => panic!("push {seq}: {other:?}"),
+        }
+        if seq == 4 || seq == 8 {
+            match fault.call("compact", || log.compact()) {
+                Ok(_) | Err(PushLogCallError::PushLog(PushLogError::Vfs(_))) => {}
+                Err(other) => panic!("compact: {other:?}"),
+            }
+        }
+        if seq == 8 {
+            drop(log);
+            log = open();
+        }
+    }
+    drop(log);
+    let crashed = PushLog::new(power_loss(fs), "refs.log", refs::schema(), mode).unwrap();
+    let (frames, _) = crashed
+        .scan_all()
+        .unwrap_or_else(|e| panic!("recovery after the power loss: {e:?}"));
+    let recovered: Vec<u64> = frames
+        .iter()
+        .flat_map(|f| {
+            f.batch
+                .column(2)
+                .as_primitive::<UInt64Type>()
+                .values()
+                .to_vec()
+        })
+        .collect();
+    // A failed push writes nothing that survives, so the pushes are exactly the acknowledged.
+    assert_eq!(
+        recovered, acked,
+        "{:?} #{} failed in {:?}",
+        fault.op, fault.nth, fault.fired_in
+    );
+}
+
+fn push_log_survives_a_failed_dir_sync_or_rename_at_every_index(mode: Mode) {
+    let runs = at_every_sync_dir_and_rename(|fs, fault| push_log_workload(mode, fs, fault));
+    ci_line(&format!("fault-paths: push-log {}: {runs}", mode.name()));
+}
+
 every_mode!(
     fsyncgate_at_every_sync_index,
     failed_or_short_write_leaves_no_partial_record_before_the_next_append,
     enospc_is_a_typed_error,
+    wal_survives_a_failed_dir_sync_or_rename_at_every_index,
+    journal_survives_a_failed_dir_sync_or_rename_at_every_index,
+    push_log_survives_a_failed_dir_sync_or_rename_at_every_index,
 );

@@ -9,15 +9,7 @@ use stele::journal::{self, JournalOp, SessionState, encode_frames, snapshot_ops}
 use stele::vfs::{Vfs, VfsError};
 use stele_host::fs::{FaultFs, FaultRule, InjectedError, OpKind};
 use stele_host::{Journal, JournalError, Mode, replay_journal};
-use stele_tests::{TempRoot, every_mode};
-
-fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap()
-}
+use stele_tests::{TempRoot, every_mode, tokio_runtime};
 
 fn set(k: &str, v: &str) -> JournalOp {
     JournalOp::Set {
@@ -34,7 +26,7 @@ fn engine_error(err: JournalError) -> journal::JournalError {
 }
 
 fn ops_of(vfs: Arc<dyn Vfs>, path: &str, mode: Mode) -> Vec<JournalOp> {
-    runtime()
+    tokio_runtime(2)
         .block_on(replay_journal(vfs, path, mode))
         .unwrap()
         .0
@@ -42,7 +34,7 @@ fn ops_of(vfs: Arc<dyn Vfs>, path: &str, mode: Mode) -> Vec<JournalOp> {
 
 fn header_is_written_lazily(mode: Mode) {
     let root = TempRoot::new();
-    runtime().block_on(async {
+    tokio_runtime(2).block_on(async {
         let journal = Journal::open(root.vfs(), "s.journal", mode).await.unwrap();
         drop(journal);
         assert_eq!(root.read("s.journal"), b"", "opened and unused: zero bytes");
@@ -72,7 +64,7 @@ fn other_format_version_is_refused_naming_both(mode: Mode) {
     }
     .encode();
     root.write("s.journal", &header);
-    let err = runtime()
+    let err = tokio_runtime(2)
         .block_on(Journal::open(root.vfs(), "s.journal", mode))
         .unwrap_err();
     let err = engine_error(err);
@@ -91,7 +83,7 @@ fn other_format_version_is_refused_naming_both(mode: Mode) {
 fn buffer_comes_back_without_a_copy(mode: Mode) {
     let fs = FaultFs::new();
     let vfs: Arc<dyn Vfs> = Arc::new(fs.clone());
-    runtime().block_on(async {
+    tokio_runtime(2).block_on(async {
         let mut journal = Journal::open(vfs.clone(), "s.journal", mode).await.unwrap();
         let mut buf = Vec::with_capacity(4096);
         buf.extend(encode_frames(&[set("k", "v")]));
@@ -122,7 +114,7 @@ fn failed_write_or_sync_rolls_back(mode: Mode) {
     let vfs: Arc<dyn Vfs> = Arc::new(fs.clone());
     let first = encode_frames(&[set("a", "1")]);
     let second = encode_frames(&[set("b", &"x".repeat(3000)), set("c", "3")]);
-    runtime().block_on(async {
+    tokio_runtime(2).block_on(async {
         let mut journal = Journal::open(vfs.clone(), "s.journal", mode).await.unwrap();
         journal.append(&mut first.clone()).await.unwrap();
         let clean = fs.contents("s.journal").unwrap();
@@ -184,7 +176,7 @@ fn failed_rollback_is_cut_by_the_next_append(mode: Mode) {
     let vfs: Arc<dyn Vfs> = Arc::new(fs.clone());
     let long = encode_frames(&[set("long", &"y".repeat(2000))]);
     let short = encode_frames(&[set("s", "1")]);
-    runtime().block_on(async {
+    tokio_runtime(2).block_on(async {
         let mut journal = Journal::open(vfs.clone(), "s.journal", mode).await.unwrap();
         journal.append(&mut short.clone()).await.unwrap();
         fs.inject(FaultRule {
@@ -221,7 +213,7 @@ fn compact_failures_before_the_rename_change_nothing(mode: Mode) {
     let vfs: Arc<dyn Vfs> = Arc::new(fs.clone());
     let ops = [set("a", "1"), set("a", "2"), set("b", "3")];
     let snapshot = encode_frames(&snapshot_ops(&SessionState::fold(&ops)));
-    runtime().block_on(async {
+    tokio_runtime(2).block_on(async {
         let mut journal = Journal::open(vfs.clone(), "s.journal", mode).await.unwrap();
         journal.append(&mut encode_frames(&ops)).await.unwrap();
         let before = fs.contents("s.journal").unwrap();
@@ -264,7 +256,7 @@ fn reopen_failure_after_rename_leaves_no_handle(mode: Mode) {
     let fs = FaultFs::new();
     let vfs: Arc<dyn Vfs> = Arc::new(fs.clone());
     let snapshot = encode_frames(&[set("z", "9")]);
-    runtime().block_on(async {
+    tokio_runtime(2).block_on(async {
         let mut journal = Journal::open(vfs.clone(), "s.journal", mode).await.unwrap();
         journal
             .append(&mut encode_frames(&[set("a", "1")]))
@@ -304,7 +296,7 @@ fn reopen_failure_after_rename_leaves_no_handle(mode: Mode) {
 fn failed_dir_sync_after_compaction_is_retried_before_the_next_append(mode: Mode) {
     let fs = FaultFs::new();
     let vfs: Arc<dyn Vfs> = Arc::new(fs.clone());
-    runtime().block_on(async {
+    tokio_runtime(2).block_on(async {
         let mut journal = Journal::open(vfs.clone(), "s.journal", mode).await.unwrap();
         journal
             .append(&mut encode_frames(&[set("a", "1")]))
@@ -342,7 +334,7 @@ fn failed_dir_sync_after_compaction_is_retried_before_the_next_append(mode: Mode
 
 fn second_writer_is_refused_while_the_first_holds_the_journal(mode: Mode) {
     let root = TempRoot::new();
-    runtime().block_on(async {
+    tokio_runtime(2).block_on(async {
         let first = Journal::open(root.vfs(), "s.journal", mode).await.unwrap();
         for other in Mode::ALL {
             let err = Journal::open(root.vfs(), "s.journal", other)
@@ -365,7 +357,7 @@ fn second_writer_is_refused_while_the_first_holds_the_journal(mode: Mode) {
 
 fn malformed_bytes_are_refused_before_any_write(mode: Mode) {
     let root = TempRoot::new();
-    runtime().block_on(async {
+    tokio_runtime(2).block_on(async {
         let mut journal = Journal::open(root.vfs(), "s.journal", mode).await.unwrap();
         let good = encode_frames(&[set("a", "1")]);
         let mut cut = good[..good.len() - 2].to_vec();
@@ -388,7 +380,7 @@ fn malformed_bytes_are_refused_before_any_write(mode: Mode) {
 fn torn_tail_is_cut_and_corruption_refused(mode: Mode) {
     let root = TempRoot::new();
     let ops = [set("a", "1"), set("b", "2")];
-    runtime().block_on(async {
+    tokio_runtime(2).block_on(async {
         let mut journal = Journal::open(root.vfs(), "s.journal", mode).await.unwrap();
         for op in &ops {
             journal
@@ -401,7 +393,7 @@ fn torn_tail_is_cut_and_corruption_refused(mode: Mode) {
     let mut torn = whole.clone();
     torn.extend(&encode_frames(&[set("c", "3")])[..7]);
     root.write("s.journal", &torn);
-    let (got, recovery) = runtime()
+    let (got, recovery) = tokio_runtime(2)
         .block_on(replay_journal(root.vfs(), "s.journal", mode))
         .unwrap();
     assert_eq!(got, ops);
@@ -411,14 +403,14 @@ fn torn_tail_is_cut_and_corruption_refused(mode: Mode) {
     let mut corrupt = whole.clone();
     corrupt[32 + 9] ^= 1;
     root.write("s.journal", &corrupt);
-    let err = runtime()
+    let err = tokio_runtime(2)
         .block_on(replay_journal(root.vfs(), "s.journal", mode))
         .unwrap_err();
     assert!(matches!(
         engine_error(err),
         journal::JournalError::Corrupt { offset: 32, .. }
     ));
-    let err = runtime()
+    let err = tokio_runtime(2)
         .block_on(Journal::open(root.vfs(), "s.journal", mode))
         .unwrap_err();
     assert!(matches!(
@@ -432,7 +424,7 @@ fn torn_tail_is_cut_and_corruption_refused(mode: Mode) {
 /// the next call collects the handle.
 fn dropped_append_future_completes_and_the_writer_carries_on(mode: Mode) {
     let root = TempRoot::new();
-    runtime().block_on(async {
+    tokio_runtime(2).block_on(async {
         let mut journal = Journal::open(root.vfs(), "s.journal", mode).await.unwrap();
         let mut buf = encode_frames(&[set("a", "1")]);
         {

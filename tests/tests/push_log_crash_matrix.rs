@@ -10,11 +10,11 @@ use std::sync::Arc;
 use arrow_array::cast::AsArray;
 use arrow_array::types::{Int64Type, UInt64Type};
 use arrow_array::{Array, Int64Array, RecordBatch, StringArray, UInt64Array};
-use stele::push_log::{PushLog, PushLogEnd, refs};
+use stele::push_log::{PushLog, PushLogEnd, PushLogError, refs};
 use stele::vfs::Vfs;
-use stele_host::fs::{CrashPlan, FaultFs};
+use stele_host::fs::{CrashPlan, FaultFs, FaultRule, OpKind};
 use stele_tests::ci_line;
-use stele_tests::crash::{CrashWorkload, SplitMix, explore};
+use stele_tests::crash::{CrashWorkload, SplitMix, explore, explore_fault_schedule, fault_suffix};
 
 const PATH: &str = "refs.log";
 
@@ -56,6 +56,9 @@ struct PushLogWorkload {
     /// The control: count each push acknowledged when it starts, as a log that acknowledged
     /// before its sync would. The oracle must catch it.
     ack_at_start: bool,
+    /// Injected into the run: a push or compaction that fails is not acknowledged, and the
+    /// run goes on with the same log.
+    faults: Vec<FaultRule>,
 }
 
 #[derive(Default)]
@@ -71,8 +74,12 @@ impl CrashWorkload for PushLogWorkload {
         if self.ack_at_start {
             format!("push-log-ack-before-sync-seed{}", self.seed)
         } else {
-            format!("push-log-seed{}", self.seed)
+            format!("push-log-seed{}{}", self.seed, fault_suffix(&self.faults))
         }
+    }
+
+    fn faults(&self) -> Vec<FaultRule> {
+        self.faults.clone()
     }
 
     fn run(&self, fs: &FaultFs) -> PushOracle {
@@ -96,15 +103,26 @@ impl CrashWorkload for PushLogWorkload {
                 })
                 .collect();
             let start = fs.boundaries() - 1;
-            log.append(&batch(&rows)).expect("append");
-            let acked = if self.ack_at_start {
-                start
-            } else {
-                fs.boundaries() - 1
-            };
-            oracle.pushes.push((start, acked, rows));
+            match log.append(&batch(&rows)) {
+                Ok(_) => {
+                    let acked = if self.ack_at_start {
+                        start
+                    } else {
+                        fs.boundaries() - 1
+                    };
+                    oracle.pushes.push((start, acked, rows));
+                }
+                // Refused before any write (the pending directory sync failed): nothing of it
+                // can be recovered, and it is not acknowledged.
+                Err(PushLogError::AppendFailed { .. }) if !self.faults.is_empty() => {}
+                Err(e) => panic!("append: {e}"),
+            }
             if seq == self.pushes / 2 || seq == self.pushes {
-                log.compact().expect("compact");
+                match log.compact() {
+                    Ok(_) => {}
+                    Err(PushLogError::Vfs(_)) if !self.faults.is_empty() => {}
+                    Err(e) => panic!("compact: {e}"),
+                }
             }
         }
         oracle
@@ -170,6 +188,7 @@ fn push_log_crash_matrix_has_no_violations() {
             seed,
             pushes: 24,
             ack_at_start: false,
+            faults: Vec::new(),
         });
         report.print();
         assert!(report.violations.is_empty(), "{}", report.violations[0]);
@@ -187,6 +206,7 @@ fn acknowledging_before_the_sync_fails_the_oracle() {
         seed: 5,
         pushes: 6,
         ack_at_start: true,
+        faults: Vec::new(),
     });
     ci_line(&format!(
         "tier-check: {} states={} violations={} (must be > 0)",
@@ -195,4 +215,25 @@ fn acknowledging_before_the_sync_fails_the_oracle() {
         report.violations.len()
     ));
     assert!(!report.violations.is_empty());
+}
+
+/// The fault schedule: a run for each directory sync and each rename of a clean run, that one
+/// failing. The run goes on with the same log (which retries the directory sync before its next
+/// acknowledgment), and every crash state of it must hold every push acknowledged by then.
+#[test]
+fn push_log_crash_matrix_with_a_failed_dir_sync_or_rename_has_no_violations() {
+    let runs = explore_fault_schedule(
+        "push-log-faults",
+        &[(OpKind::SyncDir, u64::MAX), (OpKind::Rename, u64::MAX)],
+        |faults| PushLogWorkload {
+            seed: 3,
+            pushes: 12,
+            ack_at_start: false,
+            faults,
+        },
+    );
+    assert!(
+        runs >= 5,
+        "3 directory syncs and 2 renames, at least: {runs}"
+    );
 }

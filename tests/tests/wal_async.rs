@@ -9,15 +9,7 @@ use stele::vfs::Vfs;
 use stele::wal::{DurabilityPolicy, LogSeq, WalOptions, WalWriteError};
 use stele_host::fs::{FaultFs, FaultRule, InjectedError, OpKind};
 use stele_host::{Mode, Wal, WalError, read_wal};
-use stele_tests::{Counters, FailingVfs, TempRoot, every_mode, payload, payload_id};
-
-fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(4)
-        .enable_all()
-        .build()
-        .unwrap()
-}
+use stele_tests::{Counters, FailingVfs, TempRoot, every_mode, payload, payload_id, tokio_runtime};
 
 fn options() -> WalOptions {
     WalOptions {
@@ -44,7 +36,7 @@ fn tasks_64_x_200_durable_commits(mode: Mode) {
     let wal = Wal::create(root.vfs(), "t.wal", options(), mode)
         .unwrap()
         .to_async();
-    let seqs: Vec<u64> = runtime().block_on(async {
+    let seqs: Vec<u64> = tokio_runtime(4).block_on(async {
         let handles: Vec<_> = (0..TASKS)
             .map(|t| {
                 let wal = wal.clone();
@@ -105,7 +97,7 @@ fn threads_and_tasks_share_one_writer(mode: Mode) {
         }
         let tasks = wal.to_async();
         s.spawn(move || {
-            runtime().block_on(async {
+            tokio_runtime(4).block_on(async {
                 let handles: Vec<_> = (100..108u64)
                     .map(|t| {
                         let wal = tasks.clone();
@@ -163,7 +155,7 @@ fn a_failed_sync_reaches_all_16_waiting_tasks(mode: Mode) {
     let wal = Wal::create(vfs, "f.wal", options(), mode)
         .unwrap()
         .to_async();
-    runtime().block_on(async {
+    tokio_runtime(4).block_on(async {
         // Seq 0 is durable; a group holding seq 1 is in flight and blocked at its sync.
         wal.commit_durable(1, &payload(99, 0, 32)).await.unwrap();
         gate.close_gate();
@@ -220,7 +212,7 @@ fn cancelled_waiters_lose_nothing(mode: Mode) {
     let wal = Wal::create(vfs, "c.wal", options(), mode)
         .unwrap()
         .to_async();
-    runtime().block_on(async {
+    tokio_runtime(4).block_on(async {
         gate.close_gate();
         let handles: Vec<_> = (0..16u64)
             .map(|t| {

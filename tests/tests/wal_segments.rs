@@ -14,8 +14,8 @@ use stele::wal::{
     DurabilityPolicy, LogSeq, RecoveryEnd, WalOpenError, WalOptions, WalRetentionError,
     WalWriteError, WalWriter,
 };
-use stele_host::fs::{CrashPlan, FaultFs};
-use stele_tests::crash::{CrashWorkload, SplitMix, explore};
+use stele_host::fs::{CrashPlan, FaultFs, FaultRule, OpKind};
+use stele_tests::crash::{CrashWorkload, SplitMix, explore, explore_fault_schedule, fault_suffix};
 use stele_tests::{ci_line, op_of, payload, payload_id};
 
 const DIR: &str = "log";
@@ -65,9 +65,10 @@ fn commits_rotate_across_preallocated_segments_named_by_first_seq() {
     );
     assert_eq!(wal.stats().segments_started, live.len() as u64 - 1);
     let names = vfs.list(DIR).unwrap();
-    let expected: Vec<String> = live.iter().map(|s| segment_file_name(*s)).collect();
-    assert_eq!(names, expected);
-    for name in &names {
+    let mut expected: Vec<String> = live.iter().map(|s| segment_file_name(*s)).collect();
+    expected.push(stele::wal::lock::SEGMENT_DIR_LOCK_FILE.to_owned());
+    assert_eq!(names, expected, "the segments, and the writer's lock file");
+    for name in &names[..live.len()] {
         let bytes = mem.contents(&format!("{DIR}/{name}")).unwrap();
         assert_eq!(bytes.len() as u64, SEGMENT, "{name} is preallocated");
     }
@@ -347,6 +348,9 @@ struct SegmentWorkload {
     seed: u64,
     writers: u64,
     records_per_writer_per_phase: u64,
+    /// Injected into the run: a commit that fails is not acknowledged and its thread stops
+    /// for the phase; the next phase reopens the log (a poisoned writer accepts nothing more).
+    faults: Vec<FaultRule>,
 }
 
 #[derive(Default)]
@@ -362,15 +366,31 @@ impl CrashWorkload for SegmentWorkload {
     type Oracle = SegmentOracle;
 
     fn name(&self) -> String {
-        format!("wal-segments-{:?}-seed{}", self.policy, self.seed).to_lowercase()
+        format!(
+            "wal-segments-{:?}-seed{}{}",
+            self.policy,
+            self.seed,
+            fault_suffix(&self.faults)
+        )
+        .to_lowercase()
+    }
+
+    fn faults(&self) -> Vec<FaultRule> {
+        self.faults.clone()
     }
 
     fn run(&self, fs: &FaultFs) -> SegmentOracle {
         let oracle = Mutex::new(SegmentOracle::default());
         let vfs: Arc<dyn Vfs> = Arc::new(fs.clone());
+        let faulty = !self.faults.is_empty();
         for phase in 0..2u64 {
-            let (writer, _) = WalWriter::open_segmented(vfs.clone(), DIR, options(self.policy))
-                .expect("open during run");
+            let open = || WalWriter::open_segmented(vfs.clone(), DIR, options(self.policy));
+            // A failed open (its directory sync, say) is retried once: the fault fires once.
+            let (writer, _) = match open() {
+                Err(_) if faulty => open(),
+                first => first,
+            }
+            .expect("open during run");
             std::thread::scope(|s| {
                 for t in 0..self.writers {
                     let (writer, oracle) = (&writer, &oracle);
@@ -384,7 +404,11 @@ impl CrashWorkload for SegmentWorkload {
                                 .unwrap()
                                 .committed
                                 .insert(id, (op_of(id), p.clone()));
-                            let seq = writer.commit_durable(op_of(id), &p).expect("commit");
+                            let seq = match writer.commit_durable(op_of(id), &p) {
+                                Ok(seq) => seq,
+                                Err(_) if faulty => return,
+                                Err(e) => panic!("commit: {e}"),
+                            };
                             let at = fs.boundaries() - 1;
                             oracle.lock().unwrap().acks.push((at, id, seq.0));
                         }
@@ -393,13 +417,21 @@ impl CrashWorkload for SegmentWorkload {
             });
             if phase == 0 {
                 let through = LogSeq(writer.durable_end().0 / 2);
-                writer.checkpoint(through).expect("checkpoint");
-                oracle.lock().unwrap().checkpoint = Some((fs.boundaries() - 1, through.0));
-                let cut = writer.truncate_through(through).expect("truncate");
-                assert!(
-                    cut.segments_removed > 0,
-                    "the workload must delete segments"
-                );
+                match writer.checkpoint(through) {
+                    Ok(()) => {
+                        oracle.lock().unwrap().checkpoint = Some((fs.boundaries() - 1, through.0));
+                        match writer.truncate_through(through) {
+                            Ok(cut) => assert!(
+                                faulty || cut.segments_removed > 0,
+                                "the workload must delete segments"
+                            ),
+                            Err(_) if faulty => {}
+                            Err(e) => panic!("truncate: {e}"),
+                        }
+                    }
+                    Err(_) if faulty => {}
+                    Err(e) => panic!("checkpoint: {e}"),
+                }
             }
         }
         oracle.into_inner().unwrap()
@@ -496,6 +528,7 @@ fn segment_crash_matrix_has_no_violations() {
             seed,
             writers: 3,
             records_per_writer_per_phase: 60,
+            faults: Vec::new(),
         };
         let (r, _, _) = explore(&workload);
         r.print();
@@ -510,6 +543,27 @@ fn segment_crash_matrix_has_no_violations() {
     ci_line(&format!(
         "crash-matrix: wal-segments total states={total} violations=0"
     ));
+}
+
+/// The fault schedule: runs in which one directory sync (creation, a rotation, the checkpoint,
+/// the truncation, a reopen) or the checkpoint's rename of a clean run fails. The writer that
+/// saw it fails its group or call (a rotation poisons it, and the next phase reopens the log,
+/// whose open syncs the directory again), and every crash state of the run must hold every
+/// record acknowledged by then.
+#[test]
+fn segment_crash_matrix_with_a_failed_dir_sync_or_rename_has_no_violations() {
+    let runs = explore_fault_schedule(
+        "wal-segments-faults",
+        &[(OpKind::SyncDir, u64::MAX), (OpKind::Rename, u64::MAX)],
+        |faults| SegmentWorkload {
+            policy: DurabilityPolicy::FullSync,
+            seed: 11,
+            writers: 2,
+            records_per_writer_per_phase: 25,
+            faults,
+        },
+    );
+    assert!(runs >= 6, "{runs} faulted runs");
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -658,6 +712,7 @@ fn sandboxed_recovery_of_segment_crash_states_matches_native() {
         seed: 3,
         writers: 2,
         records_per_writer_per_phase: 30,
+        faults: Vec::new(),
     };
     let (r, fs, oracle) = explore(&workload);
     assert!(r.violations.is_empty(), "{:?}", &r.violations[..1]);

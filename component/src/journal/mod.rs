@@ -15,6 +15,13 @@
 //! directory entry were synced before the acknowledgment); a compaction is atomic; one writer
 //! at a time holds a journal (the advisory lock `<path>.lock`, taken through
 //! [`crate::vfs::Vfs::lock_exclusive`]).
+//!
+//! A failed directory sync or rename never leaves an acknowledgement depending on a name that is
+//! not durable: the writer syncs the directory at the start of its first append (a writer before
+//! it may have created or compacted the file and failed before its own directory sync returned)
+//! and, after a compaction whose rename landed but whose directory sync failed, at the start of
+//! its next append, before writing; the append fails, with nothing written, if that sync fails.
+//! A failed rename leaves the old journal and the writer as they were.
 
 pub mod ops;
 mod replay;

@@ -136,9 +136,11 @@ pub struct JournalFile<Io: JournalIo> {
     /// at the end of the file, but a shorter retry would leave the failed append's tail after
     /// it, where recovery could read it back: the next append cuts first.
     tail_dirty: bool,
-    /// The directory entry naming the file is not known to be durable (the file was created by
-    /// `open` or holds no header yet, or a compaction's directory sync failed). The next append syncs the directory
-    /// before it writes, so nothing is acknowledged in a file that a crash could unname.
+    /// The directory entry naming the file is not known to be durable: from `open` (an earlier
+    /// writer may have created or compacted the file and failed before its directory sync
+    /// returned) until the first append, and after a compaction whose directory sync failed.
+    /// The next append syncs the directory before it writes, so nothing is acknowledged in a
+    /// file that a crash could unname.
     dir_sync_pending: bool,
     /// Where a multi-op append's batch frame is built; reused across appends.
     batch_scratch: Vec<u8>,
@@ -175,11 +177,7 @@ impl<Io: JournalIo> JournalFile<Io> {
             VfsError::Locked(_) => JournalError::Locked { lock_path },
             other => JournalError::Vfs(other),
         })?;
-        let (file, created) = match io.open(path, OpenMode::Existing) {
-            Ok(file) => (file, false),
-            Err(VfsError::NotFound) => (io.open(path, OpenMode::Create)?, true),
-            Err(e) => return Err(e.into()),
-        };
+        let file = io.open(path, OpenMode::Create)?;
         let recovery = scan(&file, |offset, body| {
             let mut ops = 0;
             for_each_op_in_body(body, |_| ops += 1).map_err(|why| JournalError::MalformedOp {
@@ -201,10 +199,13 @@ impl<Io: JournalIo> JournalFile<Io> {
             clean_end: recovery.valid_end,
             header_written: recovery.has_header,
             tail_dirty: false,
-            // Not only when this call created the file: a headerless file found here may be one
-            // that an earlier writer created and never appended to, whose entry no one synced.
-            // (Found by the model test: open, reopen, append, power loss lost the append.)
-            dir_sync_pending: created || !recovery.has_header,
+            // Whatever this call found: a headerless file may be one an earlier writer created
+            // and never appended to, whose entry no one synced (found by the model test: open,
+            // reopen, append, power loss lost the append); and a file with ops may be one an
+            // earlier writer's compaction renamed into place before its directory sync failed
+            // (found by the crash matrix's fault schedule). Nothing records which, so the first
+            // append syncs the directory: one directory sync per writer.
+            dir_sync_pending: true,
             batch_scratch: Vec::new(),
         })
     }

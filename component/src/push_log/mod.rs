@@ -14,6 +14,11 @@
 //!   after, and never loses a row.
 //! - Scanning is streamed: one frame in memory at a time.
 //! - One writer per log: the first write takes the advisory lock `<path>.lock`.
+//! - A failed directory sync or rename never leaves an acknowledged push depending on a name
+//!   that is not durable: a writer syncs the directory before its first push (a writer before it
+//!   may have created or compacted the file and failed before its directory sync returned), and
+//!   after a compaction before its next push; the push fails, with nothing written, if that
+//!   sync fails.
 
 pub mod ipc;
 pub mod refs;
@@ -171,8 +176,11 @@ struct WriterState {
     clean_end: u64,
     /// A failed append could not be cut back: the next one cuts first.
     tail_dirty: bool,
-    /// The file's directory entry is not known durable yet (created by this writer, or found
-    /// empty).
+    /// The file's directory entry is not known durable yet: from the first open (an earlier
+    /// writer may have created or compacted the file and failed before its directory sync
+    /// returned) until the first push, and after a compaction until its directory sync
+    /// returns. The next append syncs the directory before it writes, so no push is
+    /// acknowledged in a file that a crash could unname.
     dir_sync_pending: bool,
 }
 
@@ -297,11 +305,7 @@ impl PushLog {
             })?);
         }
         if state.file.is_none() {
-            let (file, created) = match self.vfs.open(&self.path, OpenMode::Existing) {
-                Ok(file) => (file, false),
-                Err(VfsError::NotFound) => (self.vfs.open(&self.path, OpenMode::Create)?, true),
-                Err(e) => return Err(e.into()),
-            };
+            let file = self.vfs.open(&self.path, OpenMode::Create)?;
             let end = scan_frames(&*file, |_, _| Ok(()))?;
             let clean_end = match end {
                 ScanEnd::Clean { end } => end,
@@ -322,9 +326,11 @@ impl PushLog {
             };
             state.file = Some(file);
             state.clean_end = clean_end;
-            // An empty file found here may be one an earlier writer created and never pushed
-            // to, whose entry no one synced: the first push syncs the directory either way.
-            state.dir_sync_pending = created || clean_end == 0;
+            // Whatever was found: an empty file may be one an earlier writer created and never
+            // pushed to, whose entry no one synced, and a file with frames may be one an
+            // earlier writer's compaction renamed into place before its directory sync failed.
+            // Nothing records which, so the first push syncs the directory.
+            state.dir_sync_pending = true;
             state.tail_dirty = false;
         }
         if state.tail_dirty {
@@ -396,6 +402,13 @@ impl PushLog {
     /// staged at `<path>.compacting`, fsynced, renamed over the log, and the parent directory
     /// fsynced; the live log is never written in place, so a crash at any byte leaves the old
     /// log or the new one. Refuses a log with corruption in the middle.
+    ///
+    /// Durability on `Ok` with [`Finish::Swap`]: the compacted log survives power loss. If the
+    /// rename or the directory sync fails, the error is returned and the log may read as before
+    /// or as after a crash; this writer then retries the directory sync at the start of its next
+    /// append, before writing, so no push is acknowledged in a file that a crash could unname
+    /// (the append fails with [`PushLogError::AppendFailed`], nothing written, if the sync fails
+    /// again).
     pub fn compact_with(&self, finish: Finish) -> Result<CompactionReport, PushLogError> {
         let mut state = lock_state(&self.writer);
         self.ensure_open(&mut state)?;
@@ -439,15 +452,20 @@ impl PushLog {
         if finish == Finish::AfterStageSync {
             return Ok(report(finish));
         }
-        self.vfs.rename(&staged_path, &self.path)?;
-        // The handle names the replaced file now: the next append reopens.
+        // From here until a directory sync returns, the log's name may point at the old file
+        // after a crash. Whatever fails below, the next append reopens (the handle may name the
+        // replaced file) and syncs the directory before it writes. Set before the rename: a
+        // failed rename is not known to have left the name alone on every backend.
         state.file = None;
+        state.dir_sync_pending = true;
+        self.vfs.rename(&staged_path, &self.path)?;
         // Both leave the same disk state (renamed, directory not synced); the reference names
         // the two crash points separately, so both stay.
         if matches!(finish, Finish::AfterRename | Finish::BeforeDirSync) {
             return Ok(report(finish));
         }
         self.vfs.sync_dir(parent_dir(&self.path))?;
+        state.dir_sync_pending = false;
         Ok(report(Finish::Swap))
     }
 
