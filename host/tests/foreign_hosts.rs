@@ -29,7 +29,9 @@ mod bindings {
     });
 }
 
-use bindings::exports::stele::log::wal::{DurabilityPolicy as WitPolicy, RecoveryEnd, WalOptions};
+use bindings::exports::stele::log::wal::{
+    DurabilityPolicy as WitPolicy, RecoveryEnd, WalError as WitWalError, WalOptions,
+};
 
 const STELE_WASI_WASM: &str = env!("STELE_WASI_WASM");
 
@@ -187,7 +189,7 @@ fn wasmtime_wasi_alone_appends_and_recovers() {
     assert!(
         matches!(
             &second,
-            Err(bindings::exports::stele::log::wal::WalError::Locked(path)) if path == "log.wal.lock"
+            Err(WitWalError::Locked(path)) if path == "log.wal.lock"
         ),
         "{second:?}"
     );
@@ -268,7 +270,7 @@ fn wasmtime_wasi_alone_runs_segments_and_the_journal() {
     assert!(
         matches!(
             &second,
-            Err(bindings::exports::stele::log::wal::WalError::Locked(path)) if path == "seg/LOCK"
+            Err(WitWalError::Locked(path)) if path == "seg/LOCK"
         ),
         "{second:?}"
     );

@@ -176,7 +176,7 @@ struct WriterState {
     clean_end: u64,
     /// A failed append could not be cut back: the next one cuts first.
     tail_dirty: bool,
-    /// The file's directory entry is not known durable yet: from the first open (an earlier
+    /// The file's directory entry is not known durable yet: from taking the lock (an earlier
     /// writer may have created or compacted the file and failed before its directory sync
     /// returned) until the first push, and after a compaction until its directory sync
     /// returns. The next append syncs the directory before it writes, so no push is
@@ -303,6 +303,11 @@ impl PushLog {
                 VfsError::Locked(_) => PushLogError::Locked { lock_path },
                 other => PushLogError::Vfs(other),
             })?);
+            // Whatever this writer finds: an empty file may be one an earlier writer created
+            // and never pushed to, whose entry no one synced, and a file with frames may be one
+            // an earlier writer's compaction renamed into place before its directory sync
+            // failed. Nothing records which, so this writer's first push syncs the directory.
+            state.dir_sync_pending = true;
         }
         if state.file.is_none() {
             let file = self.vfs.open(&self.path, OpenMode::Create)?;
@@ -326,11 +331,6 @@ impl PushLog {
             };
             state.file = Some(file);
             state.clean_end = clean_end;
-            // Whatever was found: an empty file may be one an earlier writer created and never
-            // pushed to, whose entry no one synced, and a file with frames may be one an
-            // earlier writer's compaction renamed into place before its directory sync failed.
-            // Nothing records which, so the first push syncs the directory.
-            state.dir_sync_pending = true;
             state.tail_dirty = false;
         }
         if state.tail_dirty {

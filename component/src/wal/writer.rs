@@ -293,8 +293,9 @@ pub const GATHER_ROUNDS_MAX: usize = 8;
 /// that would overflow the current segment is written at the start of a new one, which the
 /// leader creates and preallocates first. Under a syncing policy the new segment's name is
 /// made durable (a directory sync) before any record in it is acknowledged; if that sync
-/// fails, the group fails as a failed write does and the writer is poisoned. [`Self::checkpoint`] and [`Self::truncate_through`]
-/// then let the log's owner delete what it has absorbed.
+/// fails, the group fails as a failed write does and the writer is poisoned.
+/// [`Self::checkpoint`] and [`Self::truncate_through`] then let the log's owner delete what it
+/// has absorbed.
 ///
 /// `WalWriter` is `Send + Sync`: share it with `Arc` across threads.
 #[derive(Debug)]
