@@ -17,11 +17,10 @@ use std::task::{Poll, Waker};
 
 use crate::vfs::{OpenMode, Vfs, VfsError, VfsFile, VfsLock};
 use crate::wal::group_commit::{Group, GroupCommit, LeaderStep, Leadership, WaitState};
-use crate::wal::lock::lock_writer;
 use crate::wal::segment::{self, SegmentRetention, segment_path};
 use crate::wal::{
-    LogSeq, Recovery, SetupMode, WalRetentionError, WalWriteError, setup_log, setup_segments,
-    zero_range,
+    LogSeq, Recovery, SetupMode, WalRetentionError, WalWriteError, lock_single_file, setup_log,
+    setup_segments, zero_range,
 };
 
 use super::Component;
@@ -118,18 +117,19 @@ impl AsyncWriter {
             };
             return Ok((writer, setup.recovery.recovery));
         }
-        let lock = lock_writer(&WitVfs, path, false).map_err(open_error)?;
+        let lock = lock_single_file(&WitVfs, path, &options).map_err(open_error)?;
         let file = wit_vfs::open(path, wit_vfs::OpenMode::Create)
             .map_err(|e| open_error(from_wit(e).into()))?;
         let file = WitFile(file);
-        let (core, rec) = setup_log(&WitVfs, path, &file, options, mode).map_err(open_error)?;
+        let (core, rec) =
+            setup_log(&WitVfs, path, &lock, &file, options, mode).map_err(open_error)?;
         let writer = AsyncWriter {
             file: RefCell::new(Rc::new(file)),
             segments: None,
             core: RefCell::new(core),
             parked: RefCell::new(Vec::new()),
             generation: Cell::new(0),
-            _lock: lock,
+            _lock: Box::new(lock),
         };
         Ok((writer, rec))
     }

@@ -50,8 +50,8 @@ pub use segment::WalTruncation;
 #[cfg(all(target_arch = "wasm32", feature = "component-async"))]
 pub(crate) use writer::zero_range;
 pub use writer::{
-    SegmentedSetup, SetupMode, VisibleRecord, WalRetirement, WalWriter, WalWriterStats, setup_log,
-    setup_segments, start_segment,
+    SegmentedSetup, SetupMode, SingleFileLock, VisibleRecord, WalRetirement, WalWriter,
+    WalWriterStats, lock_single_file, setup_log, setup_segments, start_segment,
 };
 
 use crate::vfs::SyncKind;

@@ -32,11 +32,38 @@ pub enum SetupMode {
     Open,
 }
 
-/// Prepares `file`, opened at `path` in `vfs`, for appending, and returns the group-commit core
-/// that continues it. Every driver (the thread driver here, the component's async driver)
-/// starts a log through this one function, so creation and recovery behave the same in all.
-/// The caller takes the writer lock ([`lock_writer`]) before it opens `file`, and holds it as
-/// long as the core is used.
+/// The writer lock of a single-file log, from [`lock_single_file`]: for [`setup_log`], the
+/// proof that no other writer holds the log and that the options ask for no segments.
+#[derive(Debug)]
+pub struct SingleFileLock {
+    /// Held for its drop, which releases the lock.
+    _held: Box<dyn VfsLock>,
+}
+
+impl VfsLock for SingleFileLock {}
+
+/// The first step of starting a single-file log, before its file is opened: refuses options that
+/// ask for segments (the caller meant a segment directory), then takes the writer lock
+/// `<path>.lock` ([`lock_writer`]). A refused call touches nothing.
+///
+/// # Errors
+/// [`WalOpenError::SegmentOptionsForSingleFile`]; [`WalOpenError::Locked`] if another writer
+/// holds the log; a Vfs error if the lock file cannot be created.
+pub fn lock_single_file(
+    vfs: &dyn Vfs,
+    path: &str,
+    options: &WalOptions,
+) -> Result<SingleFileLock, WalOpenError> {
+    if let Some(segment_bytes) = options.segment_bytes {
+        return Err(WalOpenError::SegmentOptionsForSingleFile { segment_bytes });
+    }
+    lock_writer(vfs, path, false).map(|held| SingleFileLock { _held: held })
+}
+
+/// Prepares `file`, opened at `path` in `vfs` after `lock` was taken, for appending, and returns
+/// the group-commit core that continues it. Every driver (the thread driver here, the
+/// component's async driver) starts a log through this one function, so creation and recovery
+/// behave the same in all. The caller holds `lock` as long as the core is used.
 ///
 /// A new log gets its header; under `FullSync` and `Barrier` the header is synced and then the
 /// parent directory, so the empty log and its first seq survive power loss from here on. A torn
@@ -51,13 +78,11 @@ pub enum SetupMode {
 pub fn setup_log(
     vfs: &dyn Vfs,
     path: &str,
+    _lock: &SingleFileLock,
     file: &dyn VfsFile,
     options: WalOptions,
     mode: SetupMode,
 ) -> Result<(GroupCommit, Recovery), WalOpenError> {
-    if let Some(segment_bytes) = options.segment_bytes {
-        return Err(WalOpenError::SegmentOptionsForSingleFile { segment_bytes });
-    }
     let recovery = match mode {
         SetupMode::Create => {
             let len = file.len()?;
@@ -473,14 +498,11 @@ impl WalWriter {
         options: WalOptions,
         mode: SetupMode,
     ) -> Result<(Self, Recovery), WalOpenError> {
-        if let Some(segment_bytes) = options.segment_bytes {
-            return Err(WalOpenError::SegmentOptionsForSingleFile { segment_bytes });
-        }
-        let lock = lock_writer(vfs, path, false)?;
+        let lock = lock_single_file(vfs, path, &options)?;
         let file = vfs.open(path, OpenMode::Create)?;
-        let (core, recovery) = setup_log(vfs, path, &*file, options, mode)?;
+        let (core, recovery) = setup_log(vfs, path, &lock, &*file, options, mode)?;
         Ok((
-            Self::from_parts(Storage::SingleFile(file), core, lock),
+            Self::from_parts(Storage::SingleFile(file), core, Box::new(lock)),
             recovery,
         ))
     }
