@@ -26,7 +26,8 @@
 //!
 //! What it exports to the crate's code: `STELE_COMPONENT_WASM_EMBEDDED` and
 //! `STELE_COMPONENT_ASYNC_WASM_EMBEDDED` (embedded by `runtime`), and `STELE_WASI_WASM` and
-//! `STELE_EXAMPLE_PLUGIN_WASM` (paths, for the tests and the examples).
+//! `STELE_EXAMPLE_PLUGIN_WASM` (paths, for the tests and the examples). The same four paths go
+//! to dependents' build scripts as `DEP_STELE_COMPONENTS_<NAME>` (see `export_path`).
 
 use std::env;
 use std::path::{Path, PathBuf};
@@ -72,6 +73,7 @@ fn main() {
                 .unwrap_or_else(|e| panic!("copy {} to OUT_DIR: {e}", built.display()));
         }
         println!("cargo:rustc-env={env_var}_EMBEDDED={}", embedded.display());
+        export_path(&format!("{env_var}_EMBEDDED"), &embedded);
     }
 
     let engine = out_dir.join("stele.wasm");
@@ -90,12 +92,22 @@ fn main() {
     let stele_wasi = guest_dir.join("stele-wasi.wasm");
     plug(&engine, &adapter, &stele_wasi);
     println!("cargo:rustc-env=STELE_WASI_WASM={}", stele_wasi.display());
+    export_path("STELE_WASI_WASM", &stele_wasi);
     let composed_plugin = guest_dir.join("example-plugin.wasm");
     plug(&plugin, &engine, &composed_plugin);
     println!(
         "cargo:rustc-env=STELE_EXAMPLE_PLUGIN_WASM={}",
         composed_plugin.display()
     );
+    export_path("STELE_EXAMPLE_PLUGIN_WASM", &composed_plugin);
+}
+
+/// Hands a built component's path to the build scripts of crates that depend on this one
+/// (`links = "stele-components"`: they read it as `DEP_STELE_COMPONENTS_<KEY>`, and cargo runs
+/// this script before theirs). The CLI crate embeds the adapter and the plugin for its bench
+/// this way; the library itself embeds only the two engines.
+fn export_path(key: &str, path: &Path) {
+    println!("cargo::metadata={key}={}", path.display());
 }
 
 fn workspace_dir() -> PathBuf {

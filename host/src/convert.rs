@@ -15,7 +15,7 @@ macro_rules! wal_conversions {
         use $wit as wit;
 
         use crate::WalError;
-        use crate::vfs_import::from_wit;
+        use crate::vfs_host::from_wit;
 
         pub(crate) fn wit_options(o: WalOptions) -> wit::WalOptions {
             wit::WalOptions {
@@ -242,11 +242,11 @@ macro_rules! wal_conversions {
 }
 
 pub(crate) mod plain {
-    wal_conversions!(crate::runtime::bindings::exports::stele::log::wal);
+    wal_conversions!(crate::bindings::exports::stele::log::wal);
 }
 
 pub(crate) mod with_async {
-    wal_conversions!(crate::runtime::bindings_async::exports::stele::log::wal);
+    wal_conversions!(crate::bindings::engine_async::exports::stele::log::wal);
 }
 
 /// Conversions for `stele:log/journal`, instantiated for each component build as the WAL's are.
@@ -255,7 +255,7 @@ macro_rules! journal_conversions {
         use stele::journal::{JournalError, JournalOp, JournalRecovery};
         use $wit as wit;
 
-        use crate::vfs_import::from_wit;
+        use crate::vfs_host::from_wit;
 
         pub(crate) fn from_wit_journal_error(err: wit::JournalError) -> JournalError {
             use wit::JournalError as E;
@@ -321,14 +321,14 @@ macro_rules! journal_conversions {
 
 pub(crate) mod plain_journal {
     journal_conversions!(
-        crate::runtime::bindings::exports::stele::log::journal,
+        crate::bindings::exports::stele::log::journal,
         crate::convert::plain::from_wit_header
     );
 }
 
 pub(crate) mod async_journal {
     journal_conversions!(
-        crate::runtime::bindings_async::exports::stele::log::journal,
+        crate::bindings::engine_async::exports::stele::log::journal,
         crate::convert::with_async::from_wit_header
     );
 }

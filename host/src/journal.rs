@@ -20,8 +20,10 @@ use stele::vfs::Vfs;
 use wasmtime::Store;
 use wasmtime::component::ResourceAny;
 
+use crate::bindings;
+use crate::bindings::engine_async as bindings_async;
 use crate::convert::{async_journal, plain_journal};
-use crate::runtime::{GuestState, Runtime, SandboxLimits, bindings, bindings_async, trap_error};
+use crate::runtime::{GuestState, Runtime, SandboxLimits, trap_error};
 use crate::{Mode, SandboxError};
 
 /// Any error a [`Journal`] call can return: the engine's, in every mode, plus what only the

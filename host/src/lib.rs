@@ -20,15 +20,17 @@
 
 #![warn(missing_docs)]
 
+pub mod bindings;
 mod convert;
 pub mod fs;
 mod io_thread;
 mod journal;
+#[cfg(feature = "test-support")]
 pub mod peak_rss;
 mod push_log;
 pub mod runtime;
 mod sandbox_async;
-mod vfs_import;
+pub mod vfs_host;
 mod wal;
 
 pub use journal::{
@@ -37,8 +39,14 @@ pub use journal::{
 pub use push_log::{PushLog, PushLogCallError, PushLogScan};
 pub use runtime::SandboxLimits;
 pub use stele;
-pub use vfs_import::READ_BYTES_MAX;
+pub use vfs_host::{
+    READ_BYTES_MAX, SteleCtx, SteleCtxView, SteleVfs, SteleView, add_to_linker_async,
+    add_to_linker_sync,
+};
 pub use wal::{AsyncWal, Wal, WalError, read_wal};
+/// The wasmtime this crate is built on, so that an embedder names the same `Engine`, `Linker`
+/// and `Store` types. See the README's "Which wasmtime".
+pub use wasmtime;
 
 /// Where the engine runs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -96,6 +104,9 @@ pub enum SandboxError {
         /// The size the guest asked its memory to grow to.
         requested_bytes: usize,
     },
+    /// [`runtime::Runtime::init_with_engine`] came after the process's runtime was made.
+    #[error("the Stele runtime is already initialized; init_with_engine must come first")]
+    AlreadyInitialized,
     /// The guest ran past [`runtime::SandboxLimits::busy_deadline`] without returning to the
     /// host, and was interrupted. The instance refuses every later call.
     #[error(

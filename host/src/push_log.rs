@@ -23,8 +23,9 @@ use stele::vfs::Vfs;
 use wasmtime::Store;
 use wasmtime::component::ResourceAny;
 
-use crate::runtime::bindings::exports::stele::log::push_log as wit;
-use crate::runtime::{GuestState, PlainInstance, Runtime, SandboxLimits, bindings, trap_error};
+use crate::bindings;
+use crate::bindings::exports::stele::log::push_log as wit;
+use crate::runtime::{GuestState, PlainInstance, Runtime, SandboxLimits, trap_error};
 use crate::{Mode, SandboxError};
 
 /// Any error a [`PushLog`] call can return: the engine's (typed the same in every mode; Arrow
@@ -59,7 +60,7 @@ enum Inner {
 fn from_wit(err: wit::PushLogError) -> PushLogCallError {
     use wit::PushLogError as E;
     let engine_error = match err {
-        E::Vfs(e) => PushLogError::Vfs(crate::vfs_import::from_wit(e)),
+        E::Vfs(e) => PushLogError::Vfs(crate::vfs_host::from_wit(e)),
         E::BadHeader(h) => PushLogError::BadHeader(crate::convert::plain::from_wit_header(h)),
         E::SchemaMismatch(found) => PushLogError::SchemaMismatch { found },
         E::PushTooLarge(s) => PushLogError::PushTooLarge {
@@ -76,7 +77,7 @@ fn from_wit(err: wit::PushLogError) -> PushLogCallError {
         },
         E::Locked(lock_path) => PushLogError::Locked { lock_path },
         E::AppendFailed(f) => PushLogError::AppendFailed {
-            cause: crate::vfs_import::from_wit(f.cause),
+            cause: crate::vfs_host::from_wit(f.cause),
             rolled_back: f.rolled_back,
         },
         E::Arrow(message) => return PushLogCallError::Arrow(message),

@@ -14,38 +14,14 @@ use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use stele::vfs::Vfs;
-use wasmtime::component::{Component, HasSelf, Linker, ResourceTable};
+use wasmtime::component::{Component, Linker, ResourceTable};
 use wasmtime::{Config, Engine, ResourceLimiter, Store, UpdateDeadline};
 use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
 
 use crate::SandboxError;
-
-pub(crate) mod bindings {
-    wasmtime::component::bindgen!({
-        world: "engine",
-        path: "../wit",
-        imports: { default: trappable },
-        with: {
-            "stele:log/vfs.file": crate::vfs_import::HostFile,
-            "stele:log/vfs.file-lock": crate::vfs_import::HostLock,
-        },
-    });
-}
-
-pub(crate) mod bindings_async {
-    wasmtime::component::bindgen!({
-        world: "engine-async",
-        path: "../wit",
-        imports: {
-            "stele:log/vfs-async": async | store | trappable,
-            default: trappable,
-        },
-        exports: { default: async },
-        with: {
-            "stele:log/vfs": super::bindings::stele::log::vfs,
-        },
-    });
-}
+use crate::bindings;
+use crate::bindings::engine_async as bindings_async;
+use crate::vfs_host::{SteleCtx, SteleCtxView, SteleView};
 
 /// The plain WASI 0.2 component (world `engine`), as built by `build.rs`: synchronous exports,
 /// for any component-model host.
@@ -61,9 +37,7 @@ pub static COMPONENT_ASYNC_WASM: &[u8] =
 /// up to 64 MiB) in memory; 256 MiB covers that with room to spare. Chosen, not measured.
 pub const MEMORY_BYTES_MAX_DEFAULT: usize = 256 << 20;
 
-/// Default bound on files one instance may hold open at once. A WAL holds one; the bound only
-/// stops a misbehaving guest from exhausting the host's descriptors.
-pub const OPEN_FILES_MAX_DEFAULT: usize = 64;
+pub use crate::vfs_host::OPEN_FILES_MAX_DEFAULT;
 
 /// How often the epoch ticker advances the engine's epoch, once some instance has a
 /// [`SandboxLimits::busy_deadline`]: the resolution of that deadline. A guest stuck in a loop
@@ -199,27 +173,30 @@ fn start_epoch_ticker(engine: &Engine) {
     });
 }
 
-/// What one store holds: the Vfs the guest's imports are served from, and the resources.
+/// What one of Stele's own stores holds: the `vfs` imports' context, the resources, a WASI
+/// context with nothing in it, and the limits. An embedder's own store holds its own state
+/// instead, and implements [`SteleView`] on it (see [`crate::vfs_host`]).
 pub struct GuestState {
-    pub(crate) vfs: Arc<dyn Vfs>,
+    pub(crate) stele: SteleCtx,
     pub(crate) table: ResourceTable,
-    /// Runs the async imports' blocking work; present in async instances only.
-    pub(crate) io: Option<crate::io_thread::IoThread>,
-    pub(crate) open_files: usize,
-    pub(crate) open_files_max: usize,
-    /// Bumped on every import call and every call into the guest: the busy deadline's sign
-    /// that the guest is not stuck.
-    pub(crate) host_touches: u64,
     busy: BusyWatch,
     wasi: WasiCtx,
     limiter: Limiter,
 }
 
 impl GuestState {
-    /// Notes that the guest touched the host (or the host called in): the busy deadline
-    /// restarts.
+    /// Notes that the host called into the guest: the busy deadline restarts.
     pub(crate) fn touch(&mut self) {
-        self.host_touches = self.host_touches.wrapping_add(1);
+        self.stele.touch();
+    }
+}
+
+impl SteleView for GuestState {
+    fn stele(&mut self) -> SteleCtxView<'_> {
+        SteleCtxView {
+            ctx: &mut self.stele,
+            table: &mut self.table,
+        }
     }
 }
 
@@ -242,33 +219,66 @@ pub struct Runtime {
 static RUNTIME: OnceLock<Result<Runtime, String>> = OnceLock::new();
 
 impl Runtime {
-    /// The runtime, compiling the component on first use.
+    /// The process's runtime, which [`crate::Wal`], [`crate::Journal`] and [`crate::PushLog`]
+    /// run their sandboxed modes on. Made on first use, on an engine of Stele's own
+    /// ([`Runtime::default_config`]), unless [`Runtime::init_with_engine`] came first.
     pub fn get() -> Result<&'static Runtime, SandboxError> {
         RUNTIME
-            .get_or_init(|| Runtime::new().map_err(|e| format!("{e:#}")))
+            .get_or_init(|| {
+                Engine::new(&Runtime::default_config())
+                    .and_then(Runtime::with_engine)
+                    .map_err(|e| format!("{e:#}"))
+            })
             .as_ref()
             .map_err(|e| SandboxError::Load(e.clone()))
     }
 
-    fn new() -> wasmtime::Result<Runtime> {
+    /// Makes the process's runtime on `engine`, the embedder's own, so that Stele's sandboxed
+    /// modes share its compiled code cache, its allocator and its epoch. The engine's config
+    /// needs `wasm_component_model_async(true)` (the async build), and
+    /// `epoch_interruption(true)` for [`SandboxLimits::busy_deadline`] to fire (Stele's ticker
+    /// then advances this engine's epoch every [`EPOCH_TICK`]; leave deadlines unset if you
+    /// drive the epoch yourself). Fails with [`SandboxError::AlreadyInitialized`] once the
+    /// runtime exists, on this engine or another.
+    pub fn init_with_engine(engine: Engine) -> Result<&'static Runtime, SandboxError> {
+        let mut made = false;
+        let runtime = RUNTIME.get_or_init(|| {
+            made = true;
+            Runtime::with_engine(engine).map_err(|e| format!("{e:#}"))
+        });
+        match runtime {
+            Ok(runtime) if made => Ok(runtime),
+            Ok(_) => Err(SandboxError::AlreadyInitialized),
+            Err(e) => Err(SandboxError::Load(e.clone())),
+        }
+    }
+
+    /// The config of the engine [`Runtime::get`] makes: the component model with its async
+    /// ABI, and epoch interruption for busy deadlines. Everything else is wasmtime's default.
+    pub fn default_config() -> Config {
         let mut config = Config::new();
         config.wasm_component_model(true);
         config.wasm_component_model_async(true);
         // For the busy deadline: every loop head and function entry checks the epoch. Stores
         // without a deadline never reach theirs.
         config.epoch_interruption(true);
-        let engine = Engine::new(&config)?;
+        config
+    }
 
+    /// Compiles both engine builds on `engine` and links them through the public
+    /// [`crate::add_to_linker_sync`] / [`crate::add_to_linker_async`], the path an embedder
+    /// takes.
+    fn with_engine(engine: Engine) -> wasmtime::Result<Runtime> {
         let component = Component::new(&engine, COMPONENT_WASM)?;
         let mut linker = Linker::<GuestState>::new(&engine);
         wasmtime_wasi::p2::add_to_linker_sync(&mut linker)?;
-        bindings::Engine::add_to_linker::<_, HasSelf<_>>(&mut linker, |state| state)?;
+        crate::add_to_linker_sync(&mut linker)?;
         let pre = bindings::EnginePre::new(linker.instantiate_pre(&component)?)?;
 
         let component_async = Component::new(&engine, COMPONENT_ASYNC_WASM)?;
         let mut linker = Linker::<GuestState>::new(&engine);
         wasmtime_wasi::p2::add_to_linker_sync(&mut linker)?;
-        bindings_async::EngineAsync::add_to_linker::<_, HasSelf<_>>(&mut linker, |state| state)?;
+        crate::add_to_linker_async(&mut linker)?;
         let pre_async =
             bindings_async::EngineAsyncPre::new(linker.instantiate_pre(&component_async)?)?;
         Ok(Runtime {
@@ -289,14 +299,17 @@ impl Runtime {
         limits: SandboxLimits,
         io: Option<crate::io_thread::IoThread>,
     ) -> Store<GuestState> {
+        let mut stele = SteleCtx::new(vfs)
+            .with_open_files_max(limits.open_files_max)
+            .allow_blocking_current_thread(true);
+        if let Some(io) = io {
+            stele = stele.with_io_thread(io);
+        }
+        // One ahead of what the watch has seen: the store's first call counts as a touch.
+        stele.touch();
         let state = GuestState {
-            vfs,
+            stele,
             table: ResourceTable::new(),
-            io,
-            open_files: 0,
-            open_files_max: limits.open_files_max,
-            // One ahead of what the watch has seen: the store's first call counts as a touch.
-            host_touches: 1,
             busy: BusyWatch::default(),
             wasi: WasiCtx::builder().build(),
             limiter: Limiter {
@@ -318,8 +331,9 @@ impl Runtime {
                 store.set_epoch_deadline(1);
                 store.epoch_deadline_callback(move |mut ctx| {
                     let state = ctx.data_mut();
-                    if state.host_touches != state.busy.touches_seen {
-                        state.busy.touches_seen = state.host_touches;
+                    let touches = state.stele.import_calls();
+                    if touches != state.busy.touches_seen {
+                        state.busy.touches_seen = touches;
                         state.busy.ticks_without_touch = 0;
                     } else {
                         state.busy.ticks_without_touch += 1;
@@ -346,11 +360,7 @@ impl Runtime {
     pub fn vfs_linker(&self) -> Result<Linker<GuestState>, SandboxError> {
         let mut linker = Linker::<GuestState>::new(&self.engine);
         wasmtime_wasi::p2::add_to_linker_sync(&mut linker)
-            .and_then(|()| {
-                bindings::stele::log::vfs::add_to_linker::<_, HasSelf<_>>(&mut linker, |state| {
-                    state
-                })
-            })
+            .and_then(|()| crate::add_to_linker_sync(&mut linker))
             .map_err(|e| SandboxError::Load(format!("{e:#}")))?;
         Ok(linker)
     }

@@ -41,7 +41,7 @@
 //! behaviour. Durable calls (`commit-many-durable`, `flush`) become concurrent guest tasks:
 //! while one leads and awaits the host's sync (run by one of its callers, or the dispatcher),
 //! the run starts the next requests, which stage into the next group. (Small writes run inline:
-//! see `WRITE_INLINE_BYTES_MAX` in `vfs_import`. Every export of `wal-async` is an `async func`:
+//! see `WRITE_INLINE_BYTES_MAX` in `vfs_host`. Every export of `wal-async` is an `async func`:
 //! a store with async host functions accepts only async-lifted calls.)
 //!
 //! Durable commits that are queued together (the callers a group answered, back at once) start
@@ -79,13 +79,13 @@ use tokio::sync::{mpsc, oneshot};
 use wasmtime::Store;
 use wasmtime::component::ResourceAny;
 
+use crate::bindings::engine_async::EngineAsync;
+use crate::bindings::engine_async::exports::stele::log::wal as wit;
 use crate::convert::with_async::{
     as_retention_error, from_wit_error, from_wit_range, from_wit_recovery, from_wit_retirement,
     from_wit_stats, from_wit_truncation, from_wit_visible, wit_options,
 };
 use crate::io_thread::{IoThread, PostedIo};
-use crate::runtime::bindings_async::EngineAsync;
-use crate::runtime::bindings_async::exports::stele::log::wal as wit;
 use crate::runtime::{GuestState, Runtime, SandboxLimits, trap_error};
 use crate::{SandboxError, WalError};
 
@@ -345,8 +345,9 @@ impl AsyncSandbox {
         let store = runtime.store_for_async(vfs, limits)?;
         let io = store
             .data()
-            .io
-            .clone()
+            .stele
+            .io_thread()
+            .cloned()
             .expect("store_for_async gives the store an I/O thread");
         let (requests, queue) = mpsc::unbounded_channel();
         let shared = Arc::new(Shared {
@@ -1186,7 +1187,7 @@ fn gather_durable_commits(
 /// Starts one call as a guest task.
 fn start<'a>(
     acc: &'a wasmtime::component::Accessor<GuestState>,
-    writer_api: &'a crate::runtime::bindings_async::exports::stele::log::wal_async::GuestWriter<'a>,
+    writer_api: &'a crate::bindings::engine_async::exports::stele::log::wal_async::GuestWriter<'a>,
     writer: ResourceAny,
     call: Call,
 ) -> Task<'a> {
@@ -1375,7 +1376,7 @@ mod tests {
         let store = runtime
             .store_for_async(Arc::new(fault.clone()), SandboxLimits::default())
             .unwrap();
-        let io = store.data().io.clone().unwrap();
+        let io = store.data().stele.io_thread().cloned().unwrap();
         let (_requests, queue) = mpsc::unbounded_channel();
         let (session, _) =
             open_session(runtime, store, &io, "g".into(), options, true, queue).unwrap();

@@ -25,12 +25,13 @@ use stele::wal::{
 use wasmtime::Store;
 use wasmtime::component::ResourceAny;
 
+use crate::bindings;
+use crate::bindings::exports::stele::log::wal as wit;
 use crate::convert::plain::{
     as_retention_error, from_wit_error, from_wit_range, from_wit_recovery, from_wit_retirement,
     from_wit_stats, from_wit_truncation, from_wit_visible, wit_batch, wit_options,
 };
-use crate::runtime::bindings::exports::stele::log::wal as wit;
-use crate::runtime::{GuestState, PlainInstance, Runtime, SandboxLimits, bindings, trap_error};
+use crate::runtime::{GuestState, PlainInstance, Runtime, SandboxLimits, trap_error};
 use crate::sandbox_async::{AsyncSandbox, Request};
 use crate::{Mode, SandboxError};
 
@@ -428,7 +429,7 @@ impl Wal {
 
 fn async_batch(
     records: &[(u16, &[u8])],
-) -> Vec<crate::runtime::bindings_async::exports::stele::log::wal::CommitRecord> {
+) -> Vec<crate::bindings::engine_async::exports::stele::log::wal::CommitRecord> {
     crate::convert::with_async::wit_batch(records)
 }
 

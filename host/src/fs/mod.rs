@@ -2,12 +2,16 @@
 //!
 //! - [`RealFs`]: the real filesystem, confined to one root directory with cap-std, with real
 //!   `fdatasync`, `fsync`, rename and directory fsync.
-//! - [`FaultFs`]: an in-memory disk behind a page cache that loses, tears and fails what a real
-//!   one may, for crash tests. Both serve either mode: natively as a `Vfs`, sandboxed behind the
-//!   component's `stele:log/vfs` imports.
+//! - `FaultFs` (feature `test-support`): an in-memory disk behind a page cache that loses, tears
+//!   and fails what a real one may, for crash tests.
+//!
+//! Both serve either mode: natively as a `Vfs`, sandboxed behind the component's
+//! `stele:log/vfs` imports.
 
+#[cfg(any(test, feature = "test-support"))]
 mod fault;
 mod real;
 
+#[cfg(any(test, feature = "test-support"))]
 pub use fault::{CrashPlan, FaultFs, FaultRule, InjectedError, OpKind, SECTOR_BYTES, TraceEntry};
 pub use real::{NAME_BYTES_MAX, PATH_BYTES_MAX, RealFs};

@@ -25,7 +25,7 @@ mod bindings {
     // nothing but wasmtime-wasi.
     wasmtime::component::bindgen!({
         world: "engine",
-        path: "../wit",
+        path: "../../wit",
     });
 }
 

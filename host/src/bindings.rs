@@ -1,0 +1,47 @@
+//! What `wasmtime::component::bindgen!` generates from Stele's WIT (`wit/`), public so that an
+//! embedder calls the engine's exports with typed functions, and reuses these types in a
+//! `bindgen!` of its own through `with:`:
+//!
+//! ```ignore
+//! wasmtime::component::bindgen!({
+//!     world: "my-plugin",
+//!     path: "wit",
+//!     with: { "stele:log/vfs": stele_host::bindings::stele::log::vfs },
+//! });
+//! ```
+//!
+//! - At the top: world `engine` (`stele.wasm`): [`Engine`], [`EnginePre`], and the interfaces
+//!   under [`stele::log`]. Its imports (`vfs`) are plain functions.
+//! - [`engine_async`]: world `engine-async` (`stele-async.wasm`), whose exports are called
+//!   with `call_async` or inside `run_concurrent`, and whose `vfs-async` imports suspend.
+//!
+//! The `vfs` resources are [`crate::vfs_host::HostFile`] and [`crate::vfs_host::HostLock`];
+//! [`crate::add_to_linker_sync`] and [`crate::add_to_linker_async`] link them.
+
+#![allow(missing_docs)] // generated; the WIT's own doc comments come through
+
+wasmtime::component::bindgen!({
+    world: "engine",
+    path: "../wit",
+    imports: { default: trappable },
+    with: {
+        "stele:log/vfs.file": crate::vfs_host::HostFile,
+        "stele:log/vfs.file-lock": crate::vfs_host::HostLock,
+    },
+});
+
+/// World `engine-async`: `stele-async.wasm`.
+pub mod engine_async {
+    wasmtime::component::bindgen!({
+        world: "engine-async",
+        path: "../wit",
+        imports: {
+            "stele:log/vfs-async": async | store | trappable,
+            default: trappable,
+        },
+        exports: { default: async },
+        with: {
+            "stele:log/vfs": super::stele::log::vfs,
+        },
+    });
+}
