@@ -86,7 +86,15 @@ fn main() -> anyhow::Result<()> {
         started.elapsed(),
         imports.join(", ")
     );
-    let linker = runtime.vfs_linker()?;
+    let mut linker = runtime.vfs_linker()?;
+    // The plugin's one import besides vfs: this host's own function.
+    linker
+        .root()
+        .func_wrap("note", |_, (message,): (String,)| {
+            println!("plugin notes: {message}");
+            Ok(())
+        })
+        .map_err(|e| anyhow::anyhow!("link note: {e:#}"))?;
 
     let first: Vec<String> = ["started", "loaded 3 rules"].map(String::from).to_vec();
     let second: Vec<String> = ["rule fired: disk-usage", "stopped"]

@@ -64,6 +64,10 @@ fn plugin_host_runs_a_composed_plugin_that_logs_through_the_engine() {
     let text = run("plugin_host");
     assert!(text.contains("it imports"), "{text}");
     assert!(
+        text.contains("plugin notes: events.wal: 2 events durable, seqs 3..5"),
+        "the plugin called the host's own function: {text}"
+    );
+    assert!(
         text.contains(r#"second run, a fresh instance: the plugin's log holds ["started", "loaded 3 rules", "rule fired: disk-usage", "stopped"]"#),
         "{text}"
     );
@@ -76,4 +80,32 @@ fn plugin_host_runs_a_composed_plugin_that_logs_through_the_engine() {
         "{text}"
     );
     assert!(text.ends_with("plugin_host: ok\n"), "{text}");
+}
+
+#[test]
+fn platform_serves_two_tenants_from_its_own_engine_in_sync_and_async_stores() {
+    let text = run("platform");
+    for store in ["sync", "async"] {
+        for tenant in ["tenant-a", "tenant-b"] {
+            assert!(
+                text.contains(&format!(
+                    "{store}: {tenant}'s events-{store}.wal read natively: 6 records, each its own, Clean"
+                )),
+                "{text}"
+            );
+            assert!(
+                text.contains(&format!(
+                    "[{tenant}] plugin notes: events-{store}.wal: 3 events durable, seqs 4..7"
+                )),
+                "the platform's own function served {tenant}: {text}"
+            );
+        }
+        assert!(
+            text.contains(&format!(
+                "{store}: `../` is invalid-path for both tenants; neither reaches the other"
+            )),
+            "{text}"
+        );
+    }
+    assert!(text.ends_with("platform: ok\n"), "{text}");
 }

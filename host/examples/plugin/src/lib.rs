@@ -43,9 +43,14 @@ impl Guest for Plugin {
                 })
                 .collect::<Vec<_>>();
             // One group, one fsync: durable when this returns.
-            writer
+            let count = records.len();
+            let seqs = writer
                 .commit_many_durable(&records)
                 .map_err(|e| format!("commit to {path}: {e:?}"))?;
+            note(&format!(
+                "{path}: {count} events durable, seqs {}..{}",
+                seqs.start, seqs.end
+            ));
         }
         drop(writer);
 
