@@ -76,6 +76,9 @@ struct Tenant {
 /// `record-events(path, events) -> result<list<string>, string>`, the plugin's export.
 type RecordEvents = TypedFunc<(String, Vec<String>), (Result<Vec<String>, String>,)>;
 
+/// One plugin call's outcome: what `record-events` answered, and the notes it sent the platform.
+type Outcome = (Result<Vec<String>, String>, Vec<String>);
+
 fn store_for(engine: &Engine, tenant: &Tenant) -> Store<Platform> {
     let platform = Platform {
         // No preopens, no environment, no network: the plugin's only storage is `vfs`.
@@ -110,7 +113,7 @@ fn run_sync(
     tenant: &Tenant,
     path: &str,
     events: &[String],
-) -> anyhow::Result<(Result<Vec<String>, String>, Vec<String>)> {
+) -> anyhow::Result<Outcome> {
     let mut store = store_for(engine, tenant);
     let instance = linker.instantiate(&mut store, component)?;
     let record: RecordEvents = instance.get_typed_func(&mut store, "record-events")?;
@@ -129,7 +132,7 @@ async fn run_async(
     tenant: &Tenant,
     path: &str,
     events: &[String],
-) -> anyhow::Result<(Result<Vec<String>, String>, Vec<String>)> {
+) -> anyhow::Result<Outcome> {
     let mut store = store_for(engine, tenant);
     let instance = linker.instantiate_async(&mut store, component).await?;
     let record: RecordEvents = instance.get_typed_func(&mut store, "record-events")?;
