@@ -246,6 +246,18 @@ fn serve(engine: &Engine, tenants: &[Tenant], asynchronous: bool) -> anyhow::Res
 }
 
 fn main() -> anyhow::Result<()> {
+    // The platform's subscriber sees Stele's spans and events beside its own: each public call
+    // (`read_wal` here, with its time when it closes), recoveries, groups and syncs, and at
+    // TRACE every `vfs` import a tenant's plugin makes. `RUST_LOG` overrides the filter.
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .with_span_events(tracing_subscriber::fmt::format::FmtSpan::CLOSE)
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| "stele=debug,stele_host=debug".into()),
+        )
+        .init();
     let temp = tempfile::tempdir()?;
     let dir = std::env::args_os()
         .nth(1)

@@ -15,7 +15,9 @@
 //! - [`engine_async`]: world `engine-async` (`stele-async.wasm`), whose exports are called
 //!   with `call_async` or inside `run_concurrent`, and whose `vfs-async` imports suspend.
 //!
-//! The `vfs` resources are [`crate::vfs_host::HostFile`] and [`crate::vfs_host::HostLock`];
+//! Every `vfs` and `vfs-async` import call runs in a `tracing` span at TRACE level (target
+//! `stele_host::bindings`), with an event for its arguments and one for its result; bytes
+//! (`list<u8>`) show as `...`, paths in full. The `vfs` resources are [`crate::vfs_host::HostFile`] and [`crate::vfs_host::HostLock`];
 //! [`crate::add_to_linker_sync`] and [`crate::add_to_linker_async`] link them.
 
 #![allow(missing_docs)] // generated; the WIT's own doc comments come through
@@ -23,7 +25,7 @@
 wasmtime::component::bindgen!({
     world: "engine",
     path: "../wit",
-    imports: { default: trappable },
+    imports: { default: trappable | tracing },
     with: {
         "stele:log/vfs.file": crate::vfs_host::HostFile,
         "stele:log/vfs.file-lock": crate::vfs_host::HostLock,
@@ -36,8 +38,8 @@ pub mod engine_async {
         world: "engine-async",
         path: "../wit",
         imports: {
-            "stele:log/vfs-async": async | store | trappable,
-            default: trappable,
+            "stele:log/vfs-async": async | store | trappable | tracing,
+            default: trappable | tracing,
         },
         exports: { default: async },
         with: {

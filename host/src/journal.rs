@@ -52,11 +52,13 @@ pub struct Journal {
 impl Journal {
     /// Opens (or creates) the journal at `path`; see [`JournalFile::open`]. Sandboxed, the
     /// instance has the default [`SandboxLimits`].
+    #[tracing::instrument(level = "info", skip_all, fields(path = %path, mode = mode.name()))]
     pub async fn open(vfs: Arc<dyn Vfs>, path: &str, mode: Mode) -> Result<Journal, JournalError> {
         Journal::open_with_limits(vfs, path, mode, SandboxLimits::default()).await
     }
 
     /// [`Journal::open`], with the sandboxed instance bounded by `limits` (ignored natively).
+    #[tracing::instrument(level = "info", skip_all, fields(path = %path, mode = mode.name()))]
     pub async fn open_with_limits(
         vfs: Arc<dyn Vfs>,
         path: &str,
@@ -82,16 +84,19 @@ impl Journal {
     /// Appends whole op frames ([`stele::journal::encode_frames`]) and makes them durable; see
     /// [`JournalFile::append`]. `buf` comes back with the same allocation and contents, on
     /// success and on error alike.
+    #[tracing::instrument(level = "debug", skip_all, fields(mode = self.mode().name()))]
     pub async fn append(&mut self, buf: &mut Vec<u8>) -> Result<(), JournalError> {
         self.writer.append(buf).await
     }
 
     /// Atomically replaces the journal with `snapshot`; see [`JournalFile::compact`].
+    #[tracing::instrument(level = "info", skip_all, fields(mode = self.mode().name()))]
     pub async fn compact(&mut self, snapshot: Vec<u8>) -> Result<(), JournalError> {
         self.writer.compact(snapshot).await
     }
 
     /// Where the last whole op ends (the file's length).
+    #[tracing::instrument(level = "debug", skip_all, fields(mode = self.mode().name()))]
     pub async fn clean_end(&mut self) -> Result<u64, JournalError> {
         self.writer.clean_end().await
     }
@@ -99,6 +104,7 @@ impl Journal {
 
 /// Every op of the journal at `path` and what recovery found; cuts a torn tail unless a writer
 /// holds the journal. See [`stele::journal::replay`].
+#[tracing::instrument(level = "info", skip_all, fields(path = %path, mode = mode.name()))]
 pub async fn replay_journal(
     vfs: Arc<dyn Vfs>,
     path: &str,
@@ -111,6 +117,7 @@ pub async fn replay_journal(
 }
 
 /// [`replay_journal`] on the calling thread.
+#[tracing::instrument(level = "info", skip_all, fields(path = %path, mode = mode.name()))]
 pub fn replay_blocking(
     vfs: Arc<dyn Vfs>,
     path: &str,

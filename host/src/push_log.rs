@@ -109,6 +109,7 @@ fn arrow(e: impl std::fmt::Display) -> PushLogCallError {
 impl PushLog {
     /// A push log at `path` whose batches have `schema`; touches nothing until the first push.
     /// Sandboxed, the instance has the default [`SandboxLimits`].
+    #[tracing::instrument(level = "info", skip_all, fields(path = %path, mode = mode.name()))]
     pub fn new(
         vfs: Arc<dyn Vfs>,
         path: &str,
@@ -119,6 +120,7 @@ impl PushLog {
     }
 
     /// [`PushLog::new`], with the sandboxed instance bounded by `limits` (ignored natively).
+    #[tracing::instrument(level = "info", skip_all, fields(path = %path, mode = mode.name()))]
     pub fn new_with_limits(
         vfs: Arc<dyn Vfs>,
         path: &str,
@@ -166,6 +168,7 @@ impl PushLog {
 
     /// Appends one push and makes it durable; returns its frame's offset. See
     /// [`stele::push_log::PushLog::append`].
+    #[tracing::instrument(level = "debug", skip_all)]
     pub fn append(&self, batch: &RecordBatch) -> Result<u64, PushLogCallError> {
         match &self.inner {
             Inner::Native(log) => Ok(log.append(batch)?),
@@ -183,6 +186,7 @@ impl PushLog {
     /// A streamed scan: the log's frames in order, then how it ended ([`PushLogScan::end`]). Memory
     /// stays bounded by a few frames in every mode; sandboxed, the guest hands frames over in
     /// lists of at most 64 frames or about 4 MiB. A missing file is an empty, clean log.
+    #[tracing::instrument(level = "debug", skip_all)]
     pub fn scan(&self) -> Result<PushLogScan<'_>, PushLogCallError> {
         let source = match &self.inner {
             Inner::Native(log) => Source::Native(log.scan()?),
@@ -206,6 +210,7 @@ impl PushLog {
     }
 
     /// Every frame of the log, in order, and how it ended: [`PushLog::scan`] collected.
+    #[tracing::instrument(level = "debug", skip_all)]
     pub fn scan_all(&self) -> Result<(Vec<ScannedFrame>, PushLogEnd), PushLogCallError> {
         let mut scan = self.scan()?;
         let frames = scan.by_ref().collect::<Result<Vec<_>, _>>()?;
@@ -213,6 +218,7 @@ impl PushLog {
     }
 
     /// How many whole frames the log holds.
+    #[tracing::instrument(level = "debug", skip_all)]
     pub fn frame_count(&self) -> Result<usize, PushLogCallError> {
         match &self.inner {
             Inner::Native(log) => Ok(log.frame_count()?),
@@ -224,12 +230,14 @@ impl PushLog {
     }
 
     /// Compacts atomically; see [`stele::push_log::PushLog::compact`].
+    #[tracing::instrument(level = "info", skip_all)]
     pub fn compact(&self) -> Result<CompactionReport, PushLogCallError> {
         self.compact_with(Finish::Swap)
     }
 
     /// Compacts, stopping where `finish` says; see
     /// [`stele::push_log::PushLog::compact_with`].
+    #[tracing::instrument(level = "info", skip_all)]
     pub fn compact_with(&self, finish: Finish) -> Result<CompactionReport, PushLogCallError> {
         match &self.inner {
             Inner::Native(log) => Ok(log.compact_with(finish)?),
@@ -252,6 +260,7 @@ impl PushLog {
     }
 
     /// Compacts if `policy` says so; `None` when it did not run.
+    #[tracing::instrument(level = "info", skip_all)]
     pub fn maybe_compact(
         &self,
         policy: CompactionPolicy,
@@ -275,6 +284,7 @@ impl PushLog {
 
     /// Seals the recovered pushes into an archive section; see
     /// [`stele::push_log::PushLog::seal_section`].
+    #[tracing::instrument(level = "info", skip_all)]
     pub fn seal_section(&self, module_name: &str) -> Result<ReservedSection, PushLogCallError> {
         match &self.inner {
             Inner::Native(log) => Ok(log.seal_section(module_name)?),

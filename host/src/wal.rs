@@ -104,6 +104,7 @@ impl Wal {
     /// set ([`WalWriter::create_segmented`]), else one file, missing or zero bytes
     /// ([`WalWriter::create_with`]). Sandboxed, the instance has the default
     /// [`SandboxLimits`].
+    #[tracing::instrument(level = "info", skip_all, fields(path = %path, mode = mode.name()))]
     pub fn create(
         vfs: Arc<dyn Vfs>,
         path: &str,
@@ -114,6 +115,7 @@ impl Wal {
     }
 
     /// [`Wal::create`], with the sandboxed instance bounded by `limits` (ignored natively).
+    #[tracing::instrument(level = "info", skip_all, fields(path = %path, mode = mode.name()))]
     pub fn create_with_limits(
         vfs: Arc<dyn Vfs>,
         path: &str,
@@ -149,6 +151,7 @@ impl Wal {
     /// appending: a directory of segments when `options.segment_bytes` is set
     /// ([`WalWriter::open_segmented`]), else one file ([`WalWriter::open_with`]). Sandboxed,
     /// the instance has the default [`SandboxLimits`].
+    #[tracing::instrument(level = "info", skip_all, fields(path = %path, mode = mode.name()))]
     pub fn open(
         vfs: Arc<dyn Vfs>,
         path: &str,
@@ -159,6 +162,7 @@ impl Wal {
     }
 
     /// [`Wal::open`], with the sandboxed instance bounded by `limits` (ignored natively).
+    #[tracing::instrument(level = "info", skip_all, fields(path = %path, mode = mode.name()))]
     pub fn open_with_limits(
         vfs: Arc<dyn Vfs>,
         path: &str,
@@ -236,6 +240,7 @@ impl Wal {
     }
 
     /// See [`WalWriter::commit`].
+    #[tracing::instrument(level = "debug", skip_all, fields(mode = self.mode().name()))]
     pub fn commit(&self, op: u16, payload: &[u8]) -> Result<LogSeq, WalError> {
         match &*self.inner {
             Inner::Native(w) => Ok(w.commit(op, payload)?),
@@ -251,6 +256,7 @@ impl Wal {
     }
 
     /// See [`WalWriter::commit_durable`].
+    #[tracing::instrument(level = "debug", skip_all, fields(mode = self.mode().name()))]
     pub fn commit_durable(&self, op: u16, payload: &[u8]) -> Result<LogSeq, WalError> {
         match &*self.inner {
             Inner::Native(w) => Ok(w.commit_durable(op, payload)?),
@@ -268,6 +274,7 @@ impl Wal {
     }
 
     /// See [`WalWriter::commit_many`].
+    #[tracing::instrument(level = "debug", skip_all, fields(mode = self.mode().name()))]
     pub fn commit_many(&self, records: &[(u16, &[u8])]) -> Result<Range<LogSeq>, WalError> {
         match &*self.inner {
             Inner::Native(w) => Ok(w.commit_many(records)?),
@@ -288,6 +295,7 @@ impl Wal {
     }
 
     /// See [`WalWriter::commit_many_durable`].
+    #[tracing::instrument(level = "debug", skip_all, fields(mode = self.mode().name()))]
     pub fn commit_many_durable(&self, records: &[(u16, &[u8])]) -> Result<Range<LogSeq>, WalError> {
         match &*self.inner {
             Inner::Native(w) => Ok(w.commit_many_durable(records)?),
@@ -314,6 +322,7 @@ impl Wal {
     }
 
     /// See [`WalWriter::flush`].
+    #[tracing::instrument(level = "debug", skip_all, fields(mode = self.mode().name()))]
     pub fn flush(&self) -> Result<(), WalError> {
         match &*self.inner {
             Inner::Native(w) => Ok(w.flush()?),
@@ -325,6 +334,7 @@ impl Wal {
     }
 
     /// See [`WalWriter::visible_records`]. `limit` is capped at `u32::MAX` when sandboxed.
+    #[tracing::instrument(level = "debug", skip_all, fields(mode = self.mode().name()))]
     pub fn visible_records(
         &self,
         first_seq: LogSeq,
@@ -348,6 +358,7 @@ impl Wal {
     }
 
     /// See [`WalWriter::retire_visible_through`].
+    #[tracing::instrument(level = "debug", skip_all, fields(mode = self.mode().name()))]
     pub fn retire_visible_through(
         &self,
         absorbed_through: LogSeq,
@@ -368,6 +379,7 @@ impl Wal {
     }
 
     /// See [`WalWriter::stats`].
+    #[tracing::instrument(level = "debug", skip_all, fields(mode = self.mode().name()))]
     pub fn stats(&self) -> Result<WalWriterStats, WalError> {
         match &*self.inner {
             Inner::Native(w) => Ok(w.stats()),
@@ -381,6 +393,7 @@ impl Wal {
 
     /// See [`WalWriter::checkpoint`]: on `Ok` the checkpoint survives power loss, whatever the
     /// policy, in every mode.
+    #[tracing::instrument(level = "info", skip_all, fields(mode = self.mode().name()))]
     pub fn checkpoint(&self, absorbed_through: LogSeq) -> Result<(), WalError> {
         match &*self.inner {
             Inner::Native(w) => Ok(w.checkpoint(absorbed_through)?),
@@ -398,6 +411,7 @@ impl Wal {
     }
 
     /// See [`WalWriter::truncate_through`]: on `Ok` the deletions survive power loss.
+    #[tracing::instrument(level = "info", skip_all, fields(mode = self.mode().name()))]
     pub fn truncate_through(&self, through: LogSeq) -> Result<WalTruncation, WalError> {
         match &*self.inner {
             Inner::Native(w) => Ok(w.truncate_through(through)?),
@@ -415,6 +429,7 @@ impl Wal {
     }
 
     /// See [`WalWriter::segments`]: the first seqs of the live segments, in order.
+    #[tracing::instrument(level = "debug", skip_all, fields(mode = self.mode().name()))]
     pub fn segments(&self) -> Result<Vec<LogSeq>, WalError> {
         match &*self.inner {
             Inner::Native(w) => Ok(w.segments()),
@@ -459,12 +474,14 @@ impl AsyncWal {
     }
 
     /// See [`WalWriter::commit`].
+    #[tracing::instrument(level = "debug", skip_all, fields(mode = self.mode().name()))]
     pub async fn commit(&self, op: u16, payload: &[u8]) -> Result<LogSeq, WalError> {
         self.commit_many(&[(op, payload)]).await.map(|r| r.start)
     }
 
     /// See [`WalWriter::commit_durable`]: once this resolves `Ok`, the record is durable as the
     /// policy says.
+    #[tracing::instrument(level = "debug", skip_all, fields(mode = self.mode().name()))]
     pub async fn commit_durable(&self, op: u16, payload: &[u8]) -> Result<LogSeq, WalError> {
         self.commit_many_durable(&[(op, payload)])
             .await
@@ -472,6 +489,7 @@ impl AsyncWal {
     }
 
     /// See [`WalWriter::commit_many`].
+    #[tracing::instrument(level = "debug", skip_all, fields(mode = self.mode().name()))]
     pub async fn commit_many(&self, records: &[(u16, &[u8])]) -> Result<Range<LogSeq>, WalError> {
         match &*self.wal.inner {
             Inner::Async(s) => {
@@ -490,6 +508,7 @@ impl AsyncWal {
     }
 
     /// See [`WalWriter::commit_many_durable`].
+    #[tracing::instrument(level = "debug", skip_all, fields(mode = self.mode().name()))]
     pub async fn commit_many_durable(
         &self,
         records: &[(u16, &[u8])],
@@ -515,6 +534,7 @@ impl AsyncWal {
     }
 
     /// See [`WalWriter::flush`].
+    #[tracing::instrument(level = "debug", skip_all, fields(mode = self.mode().name()))]
     pub async fn flush(&self) -> Result<(), WalError> {
         match &*self.wal.inner {
             Inner::Async(s) => s.request(|reply| Request::Flush { reply }).await,
@@ -523,6 +543,7 @@ impl AsyncWal {
     }
 
     /// See [`WalWriter::visible_records`].
+    #[tracing::instrument(level = "debug", skip_all, fields(mode = self.mode().name()))]
     pub async fn visible_records(
         &self,
         first_seq: LogSeq,
@@ -546,6 +567,7 @@ impl AsyncWal {
     }
 
     /// See [`WalWriter::retire_visible_through`].
+    #[tracing::instrument(level = "debug", skip_all, fields(mode = self.mode().name()))]
     pub async fn retire_visible_through(
         &self,
         absorbed_through: LogSeq,
@@ -566,6 +588,7 @@ impl AsyncWal {
     }
 
     /// See [`WalWriter::stats`].
+    #[tracing::instrument(level = "debug", skip_all, fields(mode = self.mode().name()))]
     pub async fn stats(&self) -> Result<WalWriterStats, WalError> {
         match &*self.wal.inner {
             Inner::Async(s) => s.request(|reply| Request::Stats { reply }).await,
@@ -574,6 +597,7 @@ impl AsyncWal {
     }
 
     /// See [`Wal::checkpoint`].
+    #[tracing::instrument(level = "info", skip_all, fields(mode = self.mode().name()))]
     pub async fn checkpoint(&self, absorbed_through: LogSeq) -> Result<(), WalError> {
         match &*self.wal.inner {
             Inner::Async(s) => {
@@ -588,6 +612,7 @@ impl AsyncWal {
     }
 
     /// See [`Wal::truncate_through`].
+    #[tracing::instrument(level = "info", skip_all, fields(mode = self.mode().name()))]
     pub async fn truncate_through(&self, through: LogSeq) -> Result<WalTruncation, WalError> {
         match &*self.wal.inner {
             Inner::Async(s) => {
@@ -602,6 +627,7 @@ impl AsyncWal {
     }
 
     /// See [`Wal::segments`].
+    #[tracing::instrument(level = "debug", skip_all, fields(mode = self.mode().name()))]
     pub async fn segments(&self) -> Result<Vec<LogSeq>, WalError> {
         match &*self.wal.inner {
             Inner::Async(s) => s.request(|reply| Request::Segments { reply }).await,
@@ -617,6 +643,7 @@ fn borrow_batch(owned: &[(u16, Vec<u8>)]) -> Vec<(u16, &[u8])> {
 /// Reads every valid record of the log at `path` (which must exist: a file, or a directory of
 /// segments) and how its valid prefix ended, without writing to it. Sandboxed (either build), the plain component's `reader`
 /// resource reads it, in batches of at most 4,096 records per call.
+#[tracing::instrument(level = "info", skip_all, fields(path = %path, mode = mode.name()))]
 pub fn read_wal(
     vfs: Arc<dyn Vfs>,
     path: &str,

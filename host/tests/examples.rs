@@ -107,5 +107,9 @@ fn platform_serves_two_tenants_from_its_own_engine_in_sync_and_async_stores() {
             "{text}"
         );
     }
-    assert!(text.ends_with("platform: ok\n"), "{text}");
+    assert!(
+        text.contains("read_wal") && text.contains("time.busy"),
+        "the platform's subscriber shows Stele's spans: {text}"
+    );
+    assert!(text.contains("\nplatform: ok\n"), "{text}");
 }

@@ -75,8 +75,13 @@ fn other_format_version_is_refused_naming_both(mode: Mode) {
             supported: 1
         })
     );
-    let message = err.to_string();
-    assert!(message.contains('7') && message.contains('1'), "{message}");
+    // The error names its failure, and its source the versions, each once.
+    let message = format!("{:#}", anyhow::Error::new(err));
+    assert_eq!(message.matches("format version 7").count(), 1, "{message}");
+    assert!(
+        message.contains("bad journal header: ") && message.contains('1'),
+        "{message}"
+    );
     assert_eq!(root.read("s.journal"), header, "the file is untouched");
 }
 

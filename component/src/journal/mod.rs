@@ -57,7 +57,7 @@ pub enum JournalError {
     Vfs(#[from] VfsError),
     /// The header names another family, or a version this build does not write
     /// ([`HeaderError::UnsupportedVersion`] names both).
-    #[error("bad journal header: {0}")]
+    #[error("bad journal header")]
     BadHeader(#[from] HeaderError),
     /// The frame at `offset` is damaged but a valid frame follows at `valid_frame_at`.
     #[error("journal corrupt at byte {offset} (a valid frame follows at byte {valid_frame_at})")]

@@ -339,6 +339,7 @@ impl<Io: JournalIo> JournalFile<Io> {
         };
         self.tail_dirty = false;
         self.dir_sync_pending = true;
+        tracing::info!(path = %self.path, bytes = self.clean_end, "journal compacted");
         self.io
             .sync_dir(parent_dir(&self.path))
             .await

@@ -59,7 +59,7 @@ pub enum PushLogError {
     #[error(transparent)]
     Vfs(#[from] VfsError),
     /// The header is damaged, or of another family or version.
-    #[error("bad push-log header: {0}")]
+    #[error("bad push-log header")]
     BadHeader(#[from] HeaderError),
     /// The batch's schema is not the log's; nothing was written.
     #[error("batch schema does not match the log's schema: {found}")]
@@ -111,7 +111,7 @@ pub enum PushLogError {
     #[error("the pushed bytes are not one Arrow IPC batch: {0}")]
     BadPush(String),
     /// Arrow could not encode or decode a batch or schema.
-    #[error("arrow: {0}")]
+    #[error("Arrow IPC encoding or decoding failed")]
     Arrow(#[from] arrow_schema::ArrowError),
 }
 
@@ -466,6 +466,15 @@ impl PushLog {
         }
         self.vfs.sync_dir(parent_dir(&self.path))?;
         state.dir_sync_pending = false;
+        tracing::info!(
+            path = %self.path,
+            frames_before,
+            frames_after,
+            rows,
+            bytes_before,
+            bytes_after,
+            "push log compacted"
+        );
         Ok(report(Finish::Swap))
     }
 

@@ -92,7 +92,7 @@ pub enum WalOpenError {
         len: u64,
     },
     /// The header is damaged, or of another family or version.
-    #[error("bad WAL header: {0}")]
+    #[error("bad WAL header")]
     BadHeader(#[from] HeaderError),
     /// The record at `offset` is damaged but a valid record follows at `valid_record_at`, so
     /// this is not an unfinished write and dropping it could lose acknowledged records.
@@ -221,6 +221,6 @@ pub enum WalRetentionError {
     NotSegmented,
     /// Writing the checkpoint, or deleting a segment, failed. The log's records are untouched;
     /// the checkpoint is the old or the new one, and deleted segments are a prefix.
-    #[error("WAL retention I/O failed: {0}")]
+    #[error("WAL retention I/O failed")]
     Io(#[from] VfsError),
 }

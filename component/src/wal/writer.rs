@@ -93,6 +93,15 @@ pub fn setup_log(
         }
         SetupMode::Open => replay(file, options.first_seq, |_| {})?,
     };
+    tracing::info!(
+        path,
+        end = ?recovery.end,
+        records = recovery.records,
+        next_seq = recovery.next_seq.0,
+        bytes_read = recovery.valid_end,
+        file_len = recovery.file_len,
+        "wal recovered"
+    );
     let sync = options.policy.group_sync();
     let core = match recovery.end {
         RecoveryEnd::NewLog => {
@@ -287,6 +296,14 @@ pub fn setup_segments(
     }
     let mut core = core;
     core.count_setup_syncs(file_syncs, dir_syncs);
+    tracing::info!(
+        dir,
+        end = ?recovery.recovery.end,
+        records = recovery.recovery.records,
+        next_seq = recovery.recovery.next_seq.0,
+        segments = live.len(),
+        "wal recovered"
+    );
     Ok(SegmentedSetup {
         core,
         recovery,
@@ -877,7 +894,12 @@ impl WalWriter {
                 return self.wake_settled(core, LeaderStep::Release);
             };
             drop(core);
+            // Timed only when someone listens: a clock read per group is cheap, but not free.
+            let started = tracing::enabled!(tracing::Level::DEBUG).then(std::time::Instant::now);
             let result = self.write_group(&group);
+            if let Some(started) = started {
+                trace_group(&group, started.elapsed(), &result);
+            }
             core = lock(&self.core);
             if result.is_ok() && group.starts_segment && group.sync.is_some() {
                 core.count_setup_syncs(0, 1);
@@ -897,6 +919,7 @@ impl WalWriter {
             Storage::Segments(segments) => {
                 let mut current = lock(&segments.current);
                 if group.starts_segment {
+                    tracing::debug!(dir = %segments.dir, first_seq = group.seqs.start.0, "wal segment started");
                     // The old segment needs no sync here: under a syncing policy its last group
                     // was synced before this group was polled.
                     *current = start_segment(
@@ -956,12 +979,14 @@ impl WalWriter {
             return Err(WalRetentionError::NotSegmented);
         };
         let durable_end = self.durable_end();
-        lock(&segments.retention).checkpoint(
+        let done = lock(&segments.retention).checkpoint(
             &*segments.vfs,
             &segments.dir,
             absorbed_through,
             durable_end,
-        )
+        );
+        tracing::info!(dir = %segments.dir, absorbed_through = absorbed_through.0, ok = done.is_ok(), "wal checkpoint");
+        done
     }
 
     /// Deletes the segments whose records all lie at or below `through`, oldest first, then
@@ -982,6 +1007,12 @@ impl WalWriter {
         };
         let truncation =
             lock(&segments.retention).truncate_through(&*segments.vfs, &segments.dir, through)?;
+        tracing::info!(
+            dir = %segments.dir,
+            through = through.0,
+            segments_removed = truncation.segments_removed,
+            "wal truncated"
+        );
         if truncation.segments_removed > 0 {
             lock(&self.core).count_setup_syncs(0, 1);
         }
@@ -1040,4 +1071,19 @@ impl WalWriter {
     pub fn visible_end(&self) -> LogSeq {
         lock(&self.core).visible_end()
     }
+}
+
+/// The event for one group carried out: its records, bytes, sync and how long it took.
+fn trace_group(group: &Group, took: std::time::Duration, result: &Result<(), VfsError>) {
+    let bytes: usize = group.chunks.iter().map(|chunk| chunk.len()).sum();
+    tracing::debug!(
+        first_seq = group.seqs.start.0,
+        records = group.seqs.end.0 - group.seqs.start.0,
+        bytes,
+        sync = ?group.sync,
+        starts_segment = group.starts_segment,
+        micros = took.as_micros() as u64,
+        error = result.as_ref().err().map(tracing::field::display),
+        "wal group written"
+    );
 }

@@ -308,7 +308,7 @@ fn wal_file(file: &dyn VfsFile, len: u64) -> Report {
                 },
             }
         }
-        Err(e) => Report::failed("wal", len, wal_error_offset(&e), e.to_string()),
+        Err(e) => Report::failed("wal", len, wal_error_offset(&e), error_chain(&e)),
     }
 }
 
@@ -329,7 +329,7 @@ fn wal_segments(vfs: Arc<dyn Vfs>, name: &str, total: u64) -> Result<Report> {
                 "wal-segments",
                 total,
                 wal_error_offset(&e),
-                e.to_string(),
+                error_chain(&e),
             ));
         }
     };
@@ -342,7 +342,7 @@ fn wal_segments(vfs: Arc<dyn Vfs>, name: &str, total: u64) -> Result<Report> {
                     "wal-segments",
                     total,
                     wal_error_offset(&e),
-                    e.to_string(),
+                    error_chain(&e),
                 ));
             }
         }
@@ -432,7 +432,7 @@ fn journal(file: &dyn VfsFile, len: u64) -> Report {
                 stele::journal::JournalError::BadHeader(_) => Some(0),
                 _ => None,
             };
-            Report::failed("journal", len, offset, e.to_string())
+            Report::failed("journal", len, offset, error_chain(&e))
         }
     }
 }
@@ -449,12 +449,12 @@ fn push_log(vfs: Arc<dyn Vfs>, name: &str, len: u64) -> Report {
     let schema = match PushLog::detect_schema(&*vfs, name) {
         Ok(Some(schema)) => schema,
         Ok(None) => Arc::new(arrow_schema::Schema::empty()),
-        Err(e) => return Report::failed("push-log", len, offset_of(&e), e.to_string()),
+        Err(e) => return Report::failed("push-log", len, offset_of(&e), error_chain(&e)),
     };
     let log = PushLog::new(vfs, name, schema);
     let mut scan = match log.scan() {
         Ok(scan) => scan,
-        Err(e) => return Report::failed("push-log", len, offset_of(&e), e.to_string()),
+        Err(e) => return Report::failed("push-log", len, offset_of(&e), error_chain(&e)),
     };
     let (mut frames, mut rows) = (0u64, 0u64);
     for frame in scan.by_ref() {
@@ -463,7 +463,7 @@ fn push_log(vfs: Arc<dyn Vfs>, name: &str, len: u64) -> Report {
                 frames += 1;
                 rows += frame.batch.num_rows() as u64;
             }
-            Err(e) => return Report::failed("push-log", len, offset_of(&e), e.to_string()),
+            Err(e) => return Report::failed("push-log", len, offset_of(&e), error_chain(&e)),
         }
     }
     let (status, valid_end) = match scan.end() {
@@ -509,4 +509,17 @@ fn push_log(vfs: Arc<dyn Vfs>, name: &str, len: u64) -> Report {
         spans,
         status,
     }
+}
+
+/// An error and its causes on one line, each once (`bad WAL header: header checksum
+/// mismatch`): the engine's errors name their own failure and leave the cause to `source()`.
+fn error_chain(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut cause = error.source();
+    while let Some(next) = cause {
+        text.push_str(": ");
+        text.push_str(&next.to_string());
+        cause = next.source();
+    }
+    text
 }

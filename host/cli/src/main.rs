@@ -23,7 +23,7 @@ use push_log_cmd::{PushLogCommand, push_log_command};
 
 /// Stele: durable append-only logs, native or sandboxed in a WebAssembly component.
 #[derive(Parser)]
-#[command(version, about, long_about = None)]
+#[command(version, about, long_about = None, after_help = EXIT_STATUSES)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -156,18 +156,20 @@ enum WalCommand {
         /// Stop after this many records (default: run until killed).
         #[arg(long)]
         count: Option<u64>,
-        /// Run the engine inside the component.
-        #[arg(long)]
-        sandboxed: bool,
+        /// Where the engine runs: native, sandboxed (the async-ABI component) or
+        /// sandboxed-plain (the plain WASI 0.2 component).
+        #[arg(long, value_enum, default_value = "native")]
+        mode: ModeArg,
     },
     /// Print every valid record of a WAL (a file or a segment directory), then how its valid
     /// prefix ended.
     Dump {
         /// The WAL file or segment directory.
         path: PathBuf,
-        /// Run the reader inside the component instead of natively.
-        #[arg(long)]
-        sandboxed: bool,
+        /// Where the engine runs: native, sandboxed (the async-ABI component) or
+        /// sandboxed-plain (the plain WASI 0.2 component).
+        #[arg(long, value_enum, default_value = "native")]
+        mode: ModeArg,
         /// JSON lines: one object per record (seq, op, len, text when UTF-8, hex), then one
         /// for how the log ended.
         #[arg(long)]
@@ -188,6 +190,10 @@ enum WalCommand {
         /// Create a single-file log rather than a segment directory.
         #[arg(long)]
         single_file: bool,
+        /// Where the engine runs: native, sandboxed (the async-ABI component) or
+        /// sandboxed-plain (the plain WASI 0.2 component).
+        #[arg(long, value_enum, default_value = "native")]
+        mode: ModeArg,
     },
     /// Print the last records of a WAL; with -f, keep printing records as they are appended
     /// (by another process), once each is whole and checksummed, until interrupted.
@@ -203,6 +209,10 @@ enum WalCommand {
         /// One JSON object per record.
         #[arg(long)]
         json: bool,
+        /// Where the engine runs: native, sandboxed (the async-ABI component) or
+        /// sandboxed-plain (the plain WASI 0.2 component).
+        #[arg(long, value_enum, default_value = "native")]
+        mode: ModeArg,
     },
     /// List the segments of a segmented WAL: each file's seq range, the bytes its records use,
     /// its preallocated size and its state (clean; torn tail; unfinished rotation), whether the
@@ -260,6 +270,10 @@ enum JournalCommand {
         /// JSON lines: one object per op, then the state, then how the journal ends.
         #[arg(long)]
         json: bool,
+        /// Where the engine runs: native, sandboxed (the async-ABI component) or
+        /// sandboxed-plain (the plain WASI 0.2 component).
+        #[arg(long, value_enum, default_value = "native")]
+        mode: ModeArg,
     },
     /// Check a journal without changing it. Exit status: 0 clean, 1 torn tail (an append
     /// that a crash cut short; the writer cuts it on open), 2 corrupt or unreadable.
@@ -276,6 +290,8 @@ enum JournalCommand {
         path: PathBuf,
         key: String,
         value: String,
+        /// Where the engine runs: native, sandboxed (the async-ABI component) or
+        /// sandboxed-plain (the plain WASI 0.2 component).
         #[arg(long, value_enum, default_value = "native")]
         mode: ModeArg,
     },
@@ -283,6 +299,8 @@ enum JournalCommand {
     Delete {
         path: PathBuf,
         key: String,
+        /// Where the engine runs: native, sandboxed (the async-ABI component) or
+        /// sandboxed-plain (the plain WASI 0.2 component).
         #[arg(long, value_enum, default_value = "native")]
         mode: ModeArg,
     },
@@ -290,12 +308,40 @@ enum JournalCommand {
     /// `PATH.compacting`, fsynced, renamed over, directory fsynced). Takes the writer's lock.
     Compact {
         path: PathBuf,
+        /// Where the engine runs: native, sandboxed (the async-ABI component) or
+        /// sandboxed-plain (the plain WASI 0.2 component).
         #[arg(long, value_enum, default_value = "native")]
         mode: ModeArg,
     },
 }
 
+/// What `stele --help` lists after the commands.
+const EXIT_STATUSES: &str = "\
+Exit status:
+  0  success (for inspect: the path could be read, whatever its state)
+  1  an error, printed as one line on stderr (`stele: PATH: what failed: why`);
+     for verify and journal verify: a torn tail (the next writer cuts it; no
+     acknowledged record is lost)
+  2  verify, journal verify: corrupt, or not a Stele file; inspect, verify: the
+     path could not be read
+  A closed stdout (`stele inspect FILE | head -3`) ends the command quietly, by
+  SIGPIPE, as it ends `cat`.";
+
+/// Restores the default action of SIGPIPE, which Rust's runtime sets to "ignore" so that a
+/// write to a closed pipe returns an error, and `println!` turns that error into a panic. With
+/// the default action, `stele ... | head` ends the way `cat ... | head` does: quietly.
+#[cfg(unix)]
+fn end_quietly_on_closed_pipe() {
+    // SAFETY: called first thing in main, before any thread exists; resetting a signal's
+    // action to its default installs no handler and touches no Rust state.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
+}
+
 fn main() -> ExitCode {
+    #[cfg(unix)]
+    end_quietly_on_closed_pipe();
     let cli = Cli::parse();
     let result = match cli.command {
         Command::PushLog(command) => push_log_command(command),
@@ -305,31 +351,24 @@ fn main() -> ExitCode {
         Command::Demo(args) => demo(args),
         Command::Wal(WalCommand::Dump {
             path,
-            sandboxed,
+            mode,
             json: true,
-        }) => wal_cli_cmd::dump_json(
-            &path,
-            if sandboxed {
-                Mode::Sandboxed
-            } else {
-                Mode::Native
-            },
-        ),
-        Command::Wal(WalCommand::Dump {
-            path, sandboxed, ..
-        }) => wal_dump(&path, sandboxed),
+        }) => wal_cli_cmd::dump_json(&path, mode.into()),
+        Command::Wal(WalCommand::Dump { path, mode, .. }) => wal_dump(&path, mode.into()),
         Command::Wal(WalCommand::Append {
             path,
             payloads,
             op,
             single_file,
-        }) => wal_cli_cmd::append(&path, op, single_file, &payloads),
+            mode,
+        }) => wal_cli_cmd::append(&path, op, single_file, &payloads, mode.into()),
         Command::Wal(WalCommand::Tail {
             path,
             lines,
             follow,
             json,
-        }) => wal_cli_cmd::tail(&path, lines, follow, json),
+            mode,
+        }) => wal_cli_cmd::tail(&path, lines, follow, json, mode.into()),
         Command::Wal(WalCommand::Segments { dir, json }) => wal_segments_cmd::segments(&dir, json),
         Command::Wal(WalCommand::Convert {
             from,
@@ -378,14 +417,14 @@ fn main() -> ExitCode {
             threads,
             payload_bytes,
             count,
-            sandboxed,
+            mode,
         }) => wal_soak(
             &path,
             (!single_file).then_some(segment_bytes),
             threads,
             payload_bytes,
             count,
-            sandboxed,
+            mode.into(),
         ),
     };
     match result {
@@ -399,8 +438,8 @@ fn main() -> ExitCode {
 
 fn journal_command(command: JournalCommand) -> ExitCode {
     let outcome = match command {
-        JournalCommand::Dump { path, json } => {
-            journal_dump(&path, json).map(|()| ExitCode::SUCCESS)
+        JournalCommand::Dump { path, json, mode } => {
+            journal_dump(&path, json, mode.into()).map(|()| ExitCode::SUCCESS)
         }
         JournalCommand::Verify { path, json: true } => inspect_cmd::verify(&path, true),
         JournalCommand::Verify { path, .. } => Ok(journal_verify(&path)),
@@ -446,12 +485,10 @@ fn open_read_only(path: &std::path::Path) -> Result<Box<dyn stele::vfs::VfsFile>
         .with_context(|| format!("{}", path.display()))
 }
 
-fn journal_dump(path: &std::path::Path, json: bool) -> Result<()> {
+fn journal_dump(path: &std::path::Path, json: bool, mode: Mode) -> Result<()> {
     let (fs, name) = root_and_name(path)?;
     let (vfs, progress) = progress::reading(fs, path, "reading");
-    let replayed = stele::vfs::Vfs::open(&*vfs, &name, stele::vfs::OpenMode::Existing)
-        .map_err(stele::journal::JournalError::from)
-        .and_then(|file| stele::journal::replay_file(&*file));
+    let replayed = stele_host::replay_journal_blocking(vfs, &name, mode);
     progress.finish_and_clear();
     let (ops, recovery) = replayed.with_context(|| format!("{}", path.display()))?;
     if json {
@@ -633,13 +670,8 @@ pub(crate) fn root_and_name(path: &std::path::Path) -> Result<(Arc<RealFs>, Stri
     Ok((Arc::new(fs), name))
 }
 
-fn wal_dump(path: &std::path::Path, sandboxed: bool) -> Result<()> {
+fn wal_dump(path: &std::path::Path, mode: Mode) -> Result<()> {
     let (fs, name) = root_and_name(path)?;
-    let mode = if sandboxed {
-        Mode::Sandboxed
-    } else {
-        Mode::Native
-    };
     let (vfs, progress) = progress::reading(fs, path, "reading");
     let read = read_wal(vfs, &name, mode);
     progress.finish_and_clear();
@@ -671,17 +703,12 @@ fn wal_soak(
     threads: usize,
     payload_bytes: usize,
     count: Option<u64>,
-    sandboxed: bool,
+    mode: Mode,
 ) -> Result<()> {
     use std::io::Write;
     use std::sync::atomic::{AtomicU64, Ordering};
 
     let (fs, name) = root_and_name(path)?;
-    let mode = if sandboxed {
-        Mode::Sandboxed
-    } else {
-        Mode::Native
-    };
     let options = WalOptions {
         retained_bytes_max: 0,
         segment_bytes,

@@ -34,10 +34,16 @@ fn options_for(path: &Path, single_file: bool) -> WalOptions {
 
 /// Appends `payloads` (or, when empty, each line of stdin) as records with op code `op`,
 /// durably, and prints the seqs they got once they are durable.
-pub fn append(path: &Path, op: u16, single_file: bool, payloads: &[String]) -> Result<()> {
+pub fn append(
+    path: &Path,
+    op: u16,
+    single_file: bool,
+    payloads: &[String],
+    mode: Mode,
+) -> Result<()> {
     let (fs, name) = root_and_name(path)?;
     let shown = path.display();
-    let (wal, _) = Wal::open(fs, &name, options_for(path, single_file), Mode::Native)
+    let (wal, _) = Wal::open(fs, &name, options_for(path, single_file), mode)
         .map_err(|e| wal_writer_error(path, e))?;
     let commit = |batch: &[Vec<u8>]| -> Result<()> {
         if batch.is_empty() {
@@ -90,8 +96,18 @@ fn record_line(r: &VisibleRecord, json: bool) -> String {
     }
 }
 
-/// The valid records of the log from seq `from` on, read natively.
-fn read_from(vfs: Arc<dyn Vfs>, name: &str, from: LogSeq) -> Result<Vec<VisibleRecord>> {
+/// The valid records of the log from seq `from` on, read where `mode` says.
+fn read_from(
+    vfs: Arc<dyn Vfs>,
+    name: &str,
+    from: LogSeq,
+    mode: Mode,
+) -> Result<Vec<VisibleRecord>> {
+    if mode != Mode::Native {
+        let (mut records, _) = read_wal(vfs, name, mode)?;
+        records.retain(|r| r.seq >= from);
+        return Ok(records);
+    }
     let mut reader = WalReader::open(vfs, name)?;
     let mut records = Vec::new();
     while let Some(r) = reader.next_record()? {
@@ -108,11 +124,12 @@ fn read_from(vfs: Arc<dyn Vfs>, name: &str, from: LogSeq) -> Result<Vec<VisibleR
 
 /// Prints the last `lines` records; with `follow`, then every record appended later, as it
 /// becomes readable, until killed.
-pub fn tail(path: &Path, lines: usize, follow: bool, json: bool) -> Result<()> {
+pub fn tail(path: &Path, lines: usize, follow: bool, json: bool, mode: Mode) -> Result<()> {
     let (fs, name) = root_and_name(path)?;
     let vfs: Arc<dyn Vfs> = fs;
     let shown = path.display();
-    let records = read_from(vfs.clone(), &name, LogSeq(0)).with_context(|| format!("{shown}"))?;
+    let records =
+        read_from(vfs.clone(), &name, LogSeq(0), mode).with_context(|| format!("{shown}"))?;
     let mut next = records.last().map_or(LogSeq(0), |r| r.seq.next());
     let mut out = std::io::stdout().lock();
     for r in &records[records.len().saturating_sub(lines)..] {
@@ -126,7 +143,8 @@ pub fn tail(path: &Path, lines: usize, follow: bool, json: bool) -> Result<()> {
         std::thread::sleep(TAIL_POLL_INTERVAL);
         // A writer may be mid-append: a torn tail now is a group still being written, read
         // again at the next poll. Records are printed only once whole and checksummed.
-        let records = read_from(vfs.clone(), &name, next).with_context(|| format!("{shown}"))?;
+        let records =
+            read_from(vfs.clone(), &name, next, mode).with_context(|| format!("{shown}"))?;
         for r in &records {
             writeln!(out, "{}", record_line(r, json))?;
             next = r.seq.next();

@@ -29,7 +29,7 @@ fn sigkill_at_random_moments_loses_no_acknowledged_record() {
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_stele"));
         cmd.args(["wal", "soak"]).arg(&log).args(["--threads", "4"]);
         if run % 2 == 1 {
-            cmd.arg("--sandboxed");
+            cmd.args(["--mode", "sandboxed"]);
         }
         let mut child = cmd
             .stdout(Stdio::piped())

@@ -191,7 +191,7 @@ fn readers_work_and_writer_commands_are_refused_while_a_writer_holds_the_log() {
         for args in [
             &["wal", "append", "log", "refused"][..],
             &["wal", "soak", "log", "--count", "3"],
-            &["wal", "soak", "log", "--count", "3", "--sandboxed"],
+            &["wal", "soak", "log", "--count", "3", "--mode", "sandboxed"],
             &["wal", "convert", "src.wal", "log"],
         ] {
             assert_refused(
@@ -280,7 +280,10 @@ fn spawn_soak(
 fn a_second_soak_is_refused_and_the_first_loses_nothing() {
     use std::collections::BTreeSet;
 
-    for (first, second) in [(&[][..], &["--sandboxed"][..]), (&["--sandboxed"], &[])] {
+    for (first, second) in [
+        (&[][..], &["--mode", "sandboxed"][..]),
+        (&["--mode", "sandboxed"], &[]),
+    ] {
         let dir = tempfile::tempdir().unwrap();
         let (mut writer, acks) = spawn_soak(dir.path(), &[&["log"][..], first].concat());
         let mut acked = BTreeSet::new();
@@ -324,5 +327,148 @@ fn a_second_soak_is_refused_and_the_first_loses_nothing() {
             run.stdout.lines().filter(|l| l.starts_with("ack ")).count(),
             10
         );
+    }
+}
+
+/// Every verb that runs the engine takes the same `--mode`: records appended inside the plain
+/// component come back through the async component's `tail` and the native `dump`.
+#[test]
+fn append_and_tail_take_mode() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = common::stele_run(
+        Some(dir.path()),
+        &[
+            "wal",
+            "append",
+            "log",
+            "a",
+            "b",
+            "--mode",
+            "sandboxed-plain",
+        ],
+    );
+    assert_eq!(run.code, Some(0), "{}", run.stderr);
+    let run = common::stele_run(
+        Some(dir.path()),
+        &["wal", "append", "log", "c", "--mode", "sandboxed"],
+    );
+    assert_eq!(run.code, Some(0), "{}", run.stderr);
+    assert!(
+        run.stdout.contains("seqs 2..=2 (durable)"),
+        "{}",
+        run.stdout
+    );
+    for mode in ["native", "sandboxed", "sandboxed-plain"] {
+        let run = common::stele_run(
+            Some(dir.path()),
+            &["wal", "tail", "-n", "2", "--mode", mode, "log"],
+        );
+        assert_eq!(run.code, Some(0), "{mode}: {}", run.stderr);
+        assert_eq!(
+            run.stdout, "seq=1 op=1 len=1 \"b\"\nseq=2 op=1 len=1 \"c\"\n",
+            "{mode}"
+        );
+    }
+    let run = common::stele_run(Some(dir.path()), &["wal", "tail", "--mode", "bogus", "log"]);
+    assert_eq!(run.code, Some(2), "clap refuses an unknown mode");
+    assert!(
+        run.stderr.contains("native, sandboxed, sandboxed-plain"),
+        "{}",
+        run.stderr
+    );
+}
+
+/// A reader whose stdout closes early (`stele wal dump LOG | head -1`) ends quietly: no panic,
+/// nothing on stderr.
+#[test]
+fn a_closed_pipe_ends_the_command_quietly() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut append = Command::new(env!("CARGO_BIN_EXE_stele"))
+        .current_dir(dir.path())
+        .args(["wal", "append", "log"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    let lines: String = (0..20_000).map(|i| format!("record {i}\n")).collect();
+    append
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(lines.as_bytes())
+        .unwrap();
+    assert!(append.wait().unwrap().success());
+
+    for args in [
+        &["wal", "dump", "log"][..],
+        &["inspect", "log"],
+        &["wal", "tail", "-n", "20000", "log"],
+    ] {
+        let mut reader = Command::new(env!("CARGO_BIN_EXE_stele"))
+            .current_dir(dir.path())
+            .args(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut first = String::new();
+        BufReader::new(reader.stdout.take().unwrap())
+            .read_line(&mut first)
+            .unwrap();
+        // The pipe's read end is dropped here, with most of the output unread.
+        let out = reader.wait_with_output().unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!first.is_empty(), "{args:?}");
+        assert!(stderr.is_empty(), "{args:?} said on stderr: {stderr}");
+        assert!(
+            out.status.success()
+                || std::os::unix::process::ExitStatusExt::signal(&out.status) == Some(13),
+            "{args:?} ended by {:?}",
+            out.status
+        );
+    }
+}
+
+/// An error's causes are each printed once, on one line.
+#[test]
+fn each_cause_of_an_error_is_printed_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = common::stele_run(
+        Some(dir.path()),
+        &["wal", "append", "one.wal", "x", "--single-file"],
+    );
+    assert_eq!(run.code, Some(0), "{}", run.stderr);
+    let path = dir.path().join("one.wal");
+    let mut bytes = std::fs::read(&path).unwrap();
+    bytes[20] ^= 0x40; // inside the header, under its checksum
+    std::fs::write(&path, &bytes).unwrap();
+    for args in [
+        &["wal", "dump", "one.wal"][..],
+        &["wal", "append", "one.wal", "y"],
+    ] {
+        let run = common::stele_run(Some(dir.path()), args);
+        assert_eq!(run.code, Some(1), "{args:?}");
+        assert_eq!(run.stderr.lines().count(), 1, "{args:?}: {}", run.stderr);
+        assert!(
+            run.stderr.contains("bad WAL header"),
+            "{args:?}: {}",
+            run.stderr
+        );
+        assert_eq!(
+            run.stderr.matches("header checksum mismatch").count(),
+            1,
+            "{args:?}: {}",
+            run.stderr
+        );
+    }
+}
+
+#[test]
+fn help_lists_the_exit_statuses() {
+    let run = common::stele_run(None, &["--help"]);
+    assert_eq!(run.code, Some(0));
+    assert!(run.stdout.contains("Exit status:"), "{}", run.stdout);
+    for status in ["  0  success", "  1  an error", "  2  verify"] {
+        assert!(run.stdout.contains(status), "{status}: {}", run.stdout);
     }
 }
