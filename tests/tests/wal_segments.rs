@@ -737,3 +737,77 @@ fn sandboxed_recovery_of_segment_crash_states_matches_native() {
         sample.len()
     ));
 }
+
+/// A reader opened at a seq skips, by their names, the segments that end before it: at the
+/// last seq of a long log it opens the last segment only, so it reads at most one segment
+/// (4 KiB here) of a log of dozens. From any seq it returns exactly the records from that seq
+/// on, and after a truncation it starts at a kept segment without a checkpoint-gap error.
+#[test]
+fn a_reader_opened_at_a_seq_reads_only_from_the_segment_that_holds_it() {
+    use stele::wal::WalReader;
+
+    let fault = FaultFs::new();
+    let vfs: Arc<dyn Vfs> = Arc::new(fault.clone());
+    let wal = create(&vfs);
+    let payloads: Vec<Vec<u8>> = (0..1200u64).map(|i| payload(0, i, 64)).collect();
+    for p in &payloads {
+        wal.commit_durable(1, p).unwrap();
+    }
+    let segments = wal.segments();
+    assert!(
+        segments.len() >= 20,
+        "a long log: {} segments",
+        segments.len()
+    );
+    let read_from = |from: u64| -> (Vec<u64>, Vec<String>) {
+        let before = fault.trace().len();
+        let mut reader = WalReader::open_at(vfs.clone(), DIR, LogSeq(from)).unwrap();
+        let mut seqs = Vec::new();
+        while let Some(r) = reader.next_record().unwrap() {
+            assert_eq!(r.payload, &payloads[r.seq.0 as usize][..]);
+            seqs.push(r.seq.0);
+        }
+        let opened = fault.trace()[before..]
+            .iter()
+            .filter(|e| e.kind == OpKind::Open && e.path.ends_with(".wal"))
+            .map(|e| e.path.clone())
+            .collect();
+        (seqs, opened)
+    };
+
+    let last = payloads.len() as u64 - 1;
+    let (seqs, opened) = read_from(last);
+    assert_eq!(seqs, [last]);
+    let last_segment = format!("{DIR}/{}", segment_file_name(*segments.last().unwrap()));
+    assert_eq!(
+        opened,
+        [last_segment],
+        "only the segment holding the last seq is opened"
+    );
+
+    // From the middle: the segment holding the seq and every later one, nothing before.
+    let middle = segments[segments.len() / 2].0 + 3;
+    let (seqs, opened) = read_from(middle);
+    assert_eq!(seqs, (middle..=last).collect::<Vec<_>>());
+    assert_eq!(opened.len(), segments.len() - segments.len() / 2);
+    // From 0, every segment; past the end, the last segment and no record.
+    let (seqs, opened) = read_from(0);
+    assert_eq!((seqs.len(), opened.len()), (payloads.len(), segments.len()));
+    let (seqs, opened) = read_from(last + 100);
+    assert_eq!((seqs.len(), opened.len()), (0, 1));
+
+    // After a truncation the first kept segment starts past seq 0; a reader at a later seq
+    // skips more of them and the checkpoint does not make that a gap.
+    let through = LogSeq(segments[5].0 - 1);
+    wal.checkpoint(through).unwrap();
+    wal.truncate_through(through).unwrap();
+    let kept = wal.segments();
+    let (seqs, _) = read_from(kept[3].0);
+    assert_eq!(seqs, (kept[3].0..=last).collect::<Vec<_>>());
+    let (seqs, _) = read_from(0);
+    assert_eq!(
+        seqs.first(),
+        Some(&kept[0].0),
+        "from 0 reads from the first kept segment"
+    );
+}

@@ -233,6 +233,9 @@ pub struct SegmentReader {
     current: Option<OpenSegment>,
     segments: Vec<SegmentSummary>,
     done: bool,
+    /// Segments before the first one read were skipped by name ([`Self::start_at`]): the
+    /// first one read is then not the log's first, and is not checked against the checkpoint.
+    skipped_segments: usize,
 }
 
 impl SegmentReader {
@@ -247,7 +250,29 @@ impl SegmentReader {
             current: None,
             segments: Vec::new(),
             done: false,
+            skipped_segments: 0,
         })
+    }
+
+    /// As [`Self::start`], but skips by name every segment that ends before `from`: each
+    /// segment's name is its first seq, so the one that holds `from` is the last whose first
+    /// seq is at or below it. The skipped segments are never opened, and [`Self::recovery`]
+    /// then describes the segments read, from that one on.
+    pub fn start_at(
+        vfs: &dyn Vfs,
+        dir: &str,
+        first_seq_if_new: LogSeq,
+        from: LogSeq,
+    ) -> Result<Self, WalOpenError> {
+        let mut reader = SegmentReader::start(vfs, dir, first_seq_if_new)?;
+        let holding_from = reader
+            .unread
+            .iter()
+            .rposition(|&first_seq| first_seq <= from)
+            .unwrap_or(0);
+        reader.unread.drain(..holding_from);
+        reader.skipped_segments = holding_from;
+        Ok(reader)
     }
 
     /// The next valid record, or `None` once the last segment's valid records end (then
@@ -295,8 +320,16 @@ impl SegmentReader {
                 },
             }
         }
-        let open = self.current.as_ref().expect("the loop broke on a record");
-        Ok(Some(open.scan.record()))
+        Ok(Some(self.current_record()))
+    }
+
+    /// The record [`Self::next_record`] last returned.
+    pub(super) fn current_record(&self) -> RecordRef<'_> {
+        let open = self
+            .current
+            .as_ref()
+            .expect("next_record returned a record, so a segment is open");
+        open.scan.record()
     }
 
     fn open_segment(&mut self, vfs: &dyn Vfs, first_seq: LogSeq) -> Result<(), WalOpenError> {
@@ -323,6 +356,7 @@ impl SegmentReader {
                 });
             }
             Some(_) => {}
+            None if self.skipped_segments > 0 => {}
             None => {
                 if let Some(checkpoint) = self.checkpoint
                     && first_seq.0 > checkpoint.0.saturating_add(1)

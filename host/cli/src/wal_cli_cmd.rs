@@ -1,6 +1,7 @@
 //! `stele wal append`, `stele wal tail [-f]` and `stele wal dump --json`: the WAL from the
 //! shell. Appends are durable when the command prints them; reads never change the log.
 
+use std::collections::VecDeque;
 use std::io::{BufRead, Write};
 use std::path::Path;
 use std::sync::Arc;
@@ -8,7 +9,8 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 use stele::vfs::Vfs;
-use stele::wal::{DurabilityPolicy, LogSeq, VisibleRecord, WalOptions, WalReader};
+use stele::wal::segment::list_segments;
+use stele::wal::{DurabilityPolicy, LogSeq, RecordRef, VisibleRecord, WalOptions, WalReader};
 use stele_host::{Mode, Wal, read_wal};
 
 use crate::{preview, root_and_name, wal_writer_error};
@@ -18,8 +20,13 @@ use crate::{preview, root_and_name, wal_writer_error};
 /// stays far below the group bound, which would refuse it whole.
 const APPEND_BATCH_RECORDS_MAX: usize = 1024;
 
-/// How often `tail -f` looks for new records. A poll re-reads the log from its start (the
-/// reader has no seek), so the interval trades latency against reading cost on large logs.
+/// `tail -n N` allocates room for at most this many records up front; a larger N grows as
+/// records arrive, so a huge N on a short log costs only what the log holds.
+const LAST_RECORDS_PREALLOCATED_MAX: usize = 4096;
+
+/// How often `tail -f` looks for new records. Natively a poll reads from the segment that
+/// holds the next seq (a single file from its start), so the interval trades latency against
+/// reading about one segment per poll.
 const TAIL_POLL_INTERVAL: Duration = Duration::from_millis(200);
 
 /// The options for the log at `path`: an existing file is a single-file log, anything else
@@ -108,18 +115,57 @@ fn read_from(
         records.retain(|r| r.seq >= from);
         return Ok(records);
     }
-    let mut reader = WalReader::open(vfs, name)?;
+    let mut reader = WalReader::open_at(vfs, name, from)?;
     let mut records = Vec::new();
     while let Some(r) = reader.next_record()? {
-        if r.seq >= from {
-            records.push(VisibleRecord {
-                seq: r.seq,
-                op: r.op,
-                payload: bytes::Bytes::copy_from_slice(r.payload),
-            });
-        }
+        records.push(owned(r));
     }
     Ok(records)
+}
+
+fn owned(r: RecordRef<'_>) -> VisibleRecord {
+    VisibleRecord {
+        seq: r.seq,
+        op: r.op,
+        payload: bytes::Bytes::copy_from_slice(r.payload),
+    }
+}
+
+/// The last `count` records of the log, read natively without reading the whole log: a
+/// segment directory is entered at its newest segment, then one segment further back at a
+/// time until `count` records are found or the log's first segment is reached. Memory holds
+/// `count` records; reading covers the segments that hold them. Also returns the seq after the
+/// log's last record, where a follower goes on.
+fn last_records(
+    vfs: &Arc<dyn Vfs>,
+    name: &str,
+    count: usize,
+) -> Result<(Vec<VisibleRecord>, LogSeq)> {
+    let starts = match list_segments(&**vfs, name) {
+        Ok(starts) if !starts.is_empty() => starts,
+        // A single file (or an empty directory): no names to skip by.
+        _ => vec![LogSeq(0)],
+    };
+    let mut k = starts.len() - 1;
+    loop {
+        let from = if k == 0 { LogSeq(0) } else { starts[k] };
+        let mut reader = WalReader::open_at(vfs.clone(), name, from)?;
+        let mut last = VecDeque::with_capacity(count.min(LAST_RECORDS_PREALLOCATED_MAX));
+        while let Some(r) = reader.next_record()? {
+            if count == 0 {
+                continue;
+            }
+            if last.len() == count {
+                last.pop_front();
+            }
+            last.push_back(owned(r));
+        }
+        if last.len() >= count || k == 0 {
+            let next = reader.recovery().map_or(LogSeq(0), |r| r.next_seq);
+            return Ok((last.into(), next));
+        }
+        k -= 1;
+    }
 }
 
 /// Prints the last `lines` records; with `follow`, then every record appended later, as it
@@ -128,9 +174,14 @@ pub fn tail(path: &Path, lines: usize, follow: bool, json: bool, mode: Mode) -> 
     let (fs, name) = root_and_name(path)?;
     let vfs: Arc<dyn Vfs> = fs;
     let shown = path.display();
-    let records =
-        read_from(vfs.clone(), &name, LogSeq(0), mode).with_context(|| format!("{shown}"))?;
-    let mut next = records.last().map_or(LogSeq(0), |r| r.seq.next());
+    let (records, mut next) = if mode == Mode::Native {
+        last_records(&vfs, &name, lines)
+    } else {
+        read_wal(vfs.clone(), &name, mode)
+            .map(|(records, recovery)| (records, recovery.next_seq))
+            .map_err(Into::into)
+    }
+    .with_context(|| format!("{shown}"))?;
     let mut out = std::io::stdout().lock();
     for r in &records[records.len().saturating_sub(lines)..] {
         writeln!(out, "{}", record_line(r, json))?;

@@ -472,3 +472,64 @@ fn help_lists_the_exit_statuses() {
         assert!(run.stdout.contains(status), "{status}: {}", run.stdout);
     }
 }
+
+/// `tail -n N` on a log of many segments prints exactly the last N records, reading back only
+/// as many segments as hold them; `-n 0` prints nothing, and a larger N than the log holds
+/// prints the whole log.
+#[test]
+fn tail_prints_the_last_records_of_a_many_segment_log() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = common::stele_run(
+        Some(dir.path()),
+        &[
+            "wal",
+            "soak",
+            "log",
+            "--count",
+            "600",
+            "--threads",
+            "1",
+            "--segment-bytes",
+            "4096",
+            "--payload-bytes",
+            "100",
+        ],
+    );
+    assert_eq!(run.code, Some(0), "{}", run.stderr);
+    let segments = std::fs::read_dir(dir.path().join("log"))
+        .unwrap()
+        .filter(|e| {
+            e.as_ref()
+                .unwrap()
+                .file_name()
+                .to_string_lossy()
+                .ends_with(".wal")
+        })
+        .count();
+    assert!(segments > 10, "{segments} segments");
+    let seqs = |args: &[&str]| -> Vec<u64> {
+        let run = common::stele_run(Some(dir.path()), args);
+        assert_eq!(run.code, Some(0), "{args:?}: {}", run.stderr);
+        common::json_lines(&run.stdout)
+            .iter()
+            .map(|row| row["seq"].as_u64().unwrap())
+            .collect()
+    };
+    // 100-byte payloads: about 30 records a segment, so 45 records span two or three.
+    assert_eq!(
+        seqs(&["wal", "tail", "-n", "45", "--json", "log"]),
+        (555..600).collect::<Vec<u64>>()
+    );
+    for mode in ["sandboxed", "sandboxed-plain"] {
+        assert_eq!(
+            seqs(&["wal", "tail", "-n", "3", "--json", "--mode", mode, "log"]),
+            [597, 598, 599],
+            "{mode}"
+        );
+    }
+    assert!(seqs(&["wal", "tail", "-n", "0", "--json", "log"]).is_empty());
+    assert_eq!(
+        seqs(&["wal", "tail", "-n", "100000", "--json", "log"]).len(),
+        600
+    );
+}
