@@ -239,17 +239,24 @@ impl Runtime {
     /// `epoch_interruption(true)` for [`SandboxLimits::busy_deadline`] to fire (Stele's ticker
     /// then advances this engine's epoch every [`EPOCH_TICK`]; leave deadlines unset if you
     /// drive the epoch yourself). Fails with [`SandboxError::AlreadyInitialized`] once the
-    /// runtime exists, on this engine or another.
+    /// runtime exists, on this engine or another, and with [`SandboxError::Load`] when the
+    /// components do not compile on `engine`; that failure is not kept, so a later call (or
+    /// [`Runtime::get`]) can still make the runtime.
     pub fn init_with_engine(engine: Engine) -> Result<&'static Runtime, SandboxError> {
-        let mut made = false;
+        if RUNTIME.get().is_some() {
+            return Err(SandboxError::AlreadyInitialized);
+        }
+        let made =
+            Runtime::with_engine(engine).map_err(|e| SandboxError::Load(format!("{e:#}")))?;
+        let mut installed = false;
         let runtime = RUNTIME.get_or_init(|| {
-            made = true;
-            Runtime::with_engine(engine).map_err(|e| format!("{e:#}"))
+            installed = true;
+            Ok(made)
         });
         match runtime {
-            Ok(runtime) if made => Ok(runtime),
-            Ok(_) => Err(SandboxError::AlreadyInitialized),
-            Err(e) => Err(SandboxError::Load(e.clone())),
+            Ok(runtime) if installed => Ok(runtime),
+            // Another thread made the runtime between the check and here.
+            _ => Err(SandboxError::AlreadyInitialized),
         }
     }
 
