@@ -389,10 +389,12 @@ const NPM_PACKAGES: [&str; 2] = [
     "@bytecodealliance/preview2-shim@0.26.1",
 ];
 
+/// `target/` at the workspace root: this crate sits at `host/cli`.
 fn workspace_target() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .unwrap()
+        .ancestors()
+        .nth(2)
+        .expect("host/cli sits two levels below the workspace root")
         .join("target")
 }
 
