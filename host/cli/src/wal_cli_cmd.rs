@@ -132,10 +132,10 @@ fn owned(r: RecordRef<'_>) -> VisibleRecord {
 }
 
 /// The last `count` records of the log, read natively without reading the whole log: a
-/// segment directory is entered at its newest segment, then one segment further back at a
-/// time until `count` records are found or the log's first segment is reached. Memory holds
-/// `count` records; reading covers the segments that hold them. Also returns the seq after the
-/// log's last record, where a follower goes on.
+/// segment directory is read from its newest segment, then one segment further back at a
+/// time, each read once, until `count` records are found or the log's first segment is
+/// reached. Memory holds `count` records. Also returns the seq after the log's last record,
+/// where a follower goes on.
 fn last_records(
     vfs: &Arc<dyn Vfs>,
     name: &str,
@@ -146,26 +146,39 @@ fn last_records(
         // A single file (or an empty directory): no names to skip by.
         _ => vec![LogSeq(0)],
     };
-    let mut k = starts.len() - 1;
-    loop {
+    let mut last: VecDeque<VisibleRecord> = VecDeque::new();
+    let mut next = LogSeq(0);
+    for k in (0..starts.len()).rev() {
         let from = if k == 0 { LogSeq(0) } else { starts[k] };
+        // The later segments were read already: stop where the next one starts.
+        let until = starts.get(k + 1).copied();
+        let needed = count - last.len();
+        let mut segment = VecDeque::with_capacity(needed.min(LAST_RECORDS_PREALLOCATED_MAX));
         let mut reader = WalReader::open_at(vfs.clone(), name, from)?;
-        let mut last = VecDeque::with_capacity(count.min(LAST_RECORDS_PREALLOCATED_MAX));
         while let Some(r) = reader.next_record()? {
-            if count == 0 {
+            if until.is_some_and(|until| r.seq >= until) {
+                break;
+            }
+            if needed == 0 {
                 continue;
             }
-            if last.len() == count {
-                last.pop_front();
+            if segment.len() == needed {
+                segment.pop_front();
             }
-            last.push_back(owned(r));
+            segment.push_back(owned(r));
         }
-        if last.len() >= count || k == 0 {
-            let next = reader.recovery().map_or(LogSeq(0), |r| r.next_seq);
-            return Ok((last.into(), next));
+        if until.is_none() {
+            // The newest segment was read to the log's end.
+            next = reader.recovery().map_or(LogSeq(0), |r| r.next_seq);
         }
-        k -= 1;
+        for r in segment.into_iter().rev() {
+            last.push_front(r);
+        }
+        if last.len() >= count {
+            break;
+        }
     }
+    Ok((last.into(), next))
 }
 
 /// Prints the last `lines` records; with `follow`, then every record appended later, as it
