@@ -24,8 +24,8 @@ use wasmtime::component::{Component, Linker};
 
 mod bindings {
     wasmtime::component::bindgen!({
-        world: "example-plugin",
-        path: "../wit",
+        world: "stele-example:plugin/example-plugin",
+        path: ["../wit", "examples/plugin/wit"],
     });
 }
 

@@ -4,8 +4,10 @@
 //!
 //! ```ignore
 //! wasmtime::component::bindgen!({
-//!     world: "my-plugin",
-//!     path: "wit",
+//!     // A package of the embedder's own whose world imports `stele:log/wal@0.3.0` (as
+//!     // `host/examples/plugin/wit` does); Stele's `wit/` comes first, so that it resolves.
+//!     world: "my:platform/my-plugin",
+//!     path: ["vendor/stele/wit", "wit"],
 //!     with: { "stele:log/vfs": stele_host::bindings::stele::log::vfs },
 //! });
 //! ```

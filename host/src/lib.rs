@@ -91,7 +91,7 @@ pub use vfs_host::{
     READ_BYTES_MAX, SteleCtx, SteleCtxView, SteleVfs, SteleView, add_to_linker_async,
     add_to_linker_sync,
 };
-pub use wal::{AsyncWal, Wal, WalError, read_wal};
+pub use wal::{AsyncWal, Wal, WalError, WalScan, WalTail, read_wal, read_wal_from};
 /// The wasmtime this crate is built on, so that an embedder names the same `Engine`, `Linker`
 /// and `Store` types. See the README's "Which wasmtime".
 pub use wasmtime;

@@ -92,13 +92,9 @@ fn from_wit_report(r: wit::CompactionReport) -> CompactionReport {
         rows: r.rows as usize,
         bytes_before: r.bytes_before,
         bytes_after: r.bytes_after,
-        finished: match r.finished {
-            wit::Finish::AfterStage => Finish::AfterStage,
-            wit::Finish::AfterStageSync => Finish::AfterStageSync,
-            wit::Finish::AfterRename => Finish::AfterRename,
-            wit::Finish::BeforeDirSync => Finish::BeforeDirSync,
-            wit::Finish::Swap => Finish::Swap,
-        },
+        // The component exports whole compactions only (the crash points are native test
+        // hooks, `stele::push_log::PushLog::compact_with`).
+        finished: Finish::Swap,
     }
 }
 
@@ -232,30 +228,12 @@ impl PushLog {
     /// Compacts atomically; see [`stele::push_log::PushLog::compact`].
     #[tracing::instrument(level = "info", skip_all)]
     pub fn compact(&self) -> Result<CompactionReport, PushLogCallError> {
-        self.compact_with(Finish::Swap)
-    }
-
-    /// Compacts, stopping where `finish` says; see
-    /// [`stele::push_log::PushLog::compact_with`].
-    #[tracing::instrument(level = "info", skip_all)]
-    pub fn compact_with(&self, finish: Finish) -> Result<CompactionReport, PushLogCallError> {
         match &self.inner {
-            Inner::Native(log) => Ok(log.compact_with(finish)?),
-            Inner::Sandboxed(guest) => {
-                let finish = match finish {
-                    Finish::AfterStage => wit::Finish::AfterStage,
-                    Finish::AfterStageSync => wit::Finish::AfterStageSync,
-                    Finish::AfterRename => wit::Finish::AfterRename,
-                    Finish::BeforeDirSync => wit::Finish::BeforeDirSync,
-                    Finish::Swap => wit::Finish::Swap,
-                };
-                Self::guest(guest, |st, e, log| {
-                    e.stele_log_push_log()
-                        .log()
-                        .call_compact_with(st, log, finish)
-                })
-                .map(from_wit_report)
-            }
+            Inner::Native(log) => Ok(log.compact()?),
+            Inner::Sandboxed(guest) => Self::guest(guest, |st, e, log| {
+                e.stele_log_push_log().log().call_compact(st, log)
+            })
+            .map(from_wit_report),
         }
     }
 

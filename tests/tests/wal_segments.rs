@@ -744,7 +744,7 @@ fn sandboxed_recovery_of_segment_crash_states_matches_native() {
 /// on, and after a truncation it starts at a kept segment without a checkpoint-gap error.
 #[test]
 fn a_reader_opened_at_a_seq_reads_only_from_the_segment_that_holds_it() {
-    use stele::wal::WalReader;
+    use stele_host::{Mode, WalScan, WalTail};
 
     let fault = FaultFs::new();
     let vfs: Arc<dyn Vfs> = Arc::new(fault.clone());
@@ -759,29 +759,52 @@ fn a_reader_opened_at_a_seq_reads_only_from_the_segment_that_holds_it() {
         "a long log: {} segments",
         segments.len()
     );
-    let read_from = |from: u64| -> (Vec<u64>, Vec<String>) {
-        let before = fault.trace().len();
-        let mut reader = WalReader::open_at(vfs.clone(), DIR, LogSeq(from)).unwrap();
-        let mut seqs = Vec::new();
-        while let Some(r) = reader.next_record().unwrap() {
-            assert_eq!(r.payload, &payloads[r.seq.0 as usize][..]);
-            seqs.push(r.seq.0);
-        }
-        let opened = fault.trace()[before..]
+    let segments_opened_since = |before: usize| -> Vec<String> {
+        fault.trace()[before..]
             .iter()
             .filter(|e| e.kind == OpKind::Open && e.path.ends_with(".wal"))
             .map(|e| e.path.clone())
-            .collect();
+            .collect()
+    };
+    // Natively and through the component's `reader.open-at` alike: the same records, and the
+    // same segments opened.
+    let read_from = |from: u64| -> (Vec<u64>, Vec<String>) {
+        let mut outcomes = Vec::new();
+        for mode in Mode::ALL {
+            let before = fault.trace().len();
+            let mut scan = WalScan::open_at(vfs.clone(), DIR, LogSeq(from), mode).unwrap();
+            let mut seqs = Vec::new();
+            loop {
+                let batch = scan.next_batch(500).unwrap();
+                if batch.is_empty() {
+                    break;
+                }
+                for r in batch {
+                    assert_eq!(&r.payload[..], &payloads[r.seq.0 as usize][..]);
+                    seqs.push(r.seq.0);
+                }
+            }
+            outcomes.push((mode, seqs, segments_opened_since(before)));
+        }
+        for (mode, seqs, opened) in &outcomes[1..] {
+            assert_eq!(
+                (seqs, opened),
+                (&outcomes[0].1, &outcomes[0].2),
+                "{} from {from}",
+                mode.name()
+            );
+        }
+        let (_, seqs, opened) = outcomes.swap_remove(0);
         (seqs, opened)
     };
 
     let last = payloads.len() as u64 - 1;
+    let last_segment = format!("{DIR}/{}", segment_file_name(*segments.last().unwrap()));
     let (seqs, opened) = read_from(last);
     assert_eq!(seqs, [last]);
-    let last_segment = format!("{DIR}/{}", segment_file_name(*segments.last().unwrap()));
     assert_eq!(
         opened,
-        [last_segment],
+        std::slice::from_ref(&last_segment),
         "only the segment holding the last seq is opened"
     );
 
@@ -810,4 +833,26 @@ fn a_reader_opened_at_a_seq_reads_only_from_the_segment_that_holds_it() {
         Some(&kept[0].0),
         "from 0 reads from the first kept segment"
     );
+
+    // A follower at the last seq, in every mode: one segment opened, then only what comes.
+    let mut tails: Vec<WalTail> = Mode::ALL
+        .iter()
+        .map(|&mode| {
+            let before = fault.trace().len();
+            let mut tail = WalTail::open_at(vfs.clone(), DIR, LogSeq(last), mode).unwrap();
+            let first: Vec<u64> = tail.poll(100).unwrap().iter().map(|r| r.seq.0).collect();
+            assert_eq!(first, [last], "{}", mode.name());
+            assert_eq!(
+                segments_opened_since(before),
+                std::slice::from_ref(&last_segment)
+            );
+            tail
+        })
+        .collect();
+    wal.commit_durable(1, b"after").unwrap();
+    for tail in &mut tails {
+        let next = tail.poll(100).unwrap();
+        assert_eq!((next.len(), &next[0].payload[..]), (1, &b"after"[..]));
+        assert!(tail.poll(100).unwrap().is_empty());
+    }
 }

@@ -6,7 +6,7 @@ use std::cell::RefCell;
 use std::sync::Arc;
 
 use crate::push_log::{
-    CompactionPolicy, CompactionReport, Finish, PushLog, PushLogEnd, PushLogError, PushLogScan, ipc,
+    CompactionPolicy, CompactionReport, PushLog, PushLogEnd, PushLogError, PushLogScan, ipc,
 };
 
 use super::Component;
@@ -49,16 +49,6 @@ fn error(err: PushLogError) -> wit::PushLogError {
     }
 }
 
-fn finish_from(f: wit::Finish) -> Finish {
-    match f {
-        wit::Finish::AfterStage => Finish::AfterStage,
-        wit::Finish::AfterStageSync => Finish::AfterStageSync,
-        wit::Finish::AfterRename => Finish::AfterRename,
-        wit::Finish::BeforeDirSync => Finish::BeforeDirSync,
-        wit::Finish::Swap => Finish::Swap,
-    }
-}
-
 fn report(r: CompactionReport) -> wit::CompactionReport {
     wit::CompactionReport {
         frames_before: r.frames_before as u64,
@@ -66,13 +56,6 @@ fn report(r: CompactionReport) -> wit::CompactionReport {
         rows: r.rows as u64,
         bytes_before: r.bytes_before,
         bytes_after: r.bytes_after,
-        finished: match r.finished {
-            Finish::AfterStage => wit::Finish::AfterStage,
-            Finish::AfterStageSync => wit::Finish::AfterStageSync,
-            Finish::AfterRename => wit::Finish::AfterRename,
-            Finish::BeforeDirSync => wit::Finish::BeforeDirSync,
-            Finish::Swap => wit::Finish::Swap,
-        },
     }
 }
 
@@ -157,14 +140,8 @@ impl wit::GuestLog for GuestLog {
         self.0.frame_count().map(|n| n as u64).map_err(error)
     }
 
-    fn compact_with(
-        &self,
-        finish: wit::Finish,
-    ) -> Result<wit::CompactionReport, wit::PushLogError> {
-        self.0
-            .compact_with(finish_from(finish))
-            .map(report)
-            .map_err(error)
+    fn compact(&self) -> Result<wit::CompactionReport, wit::PushLogError> {
+        self.0.compact().map(report).map_err(error)
     }
 
     fn maybe_compact(

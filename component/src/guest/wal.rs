@@ -6,8 +6,9 @@ use std::sync::Arc;
 
 use crate::header::HeaderError;
 use crate::wal::{
-    DurabilityPolicy, LogSeq, Recovery, RecoveryEnd, WalOpenError, WalOptions, WalReader,
-    WalRetentionError, WalRetireError, WalTruncation, WalWriteError, WalWriter, WalWriterStats,
+    DurabilityPolicy, LogSeq, Recovery, RecoveryEnd, WalFollower, WalOpenError, WalOptions,
+    WalReader, WalRetentionError, WalRetireError, WalTruncation, WalWriteError, WalWriter,
+    WalWriterStats,
 };
 
 use super::Component;
@@ -18,6 +19,8 @@ pub struct GuestWriter(WalWriter);
 
 /// Interior mutability because WIT methods take `&self`; the component is single-threaded.
 pub struct GuestReader(RefCell<WalReader>);
+
+pub struct GuestFollower(RefCell<WalFollower>);
 
 /// The most records one `next-batch` returns, whatever the caller asks: bounds the list the
 /// host must lift in one call.
@@ -280,11 +283,45 @@ pub(crate) fn batch(records: &[wit::CommitRecord]) -> Vec<(u16, &[u8])> {
 impl wit::Guest for Component {
     type Writer = GuestWriter;
     type Reader = GuestReader;
+    type Follower = GuestFollower;
+}
+
+impl wit::GuestFollower for GuestFollower {
+    fn open(path: String, from_seq: u64) -> Result<wit::Follower, wit::WalError> {
+        let follower =
+            WalFollower::open_at(Arc::new(WitVfs), &path, LogSeq(from_seq)).map_err(open_error)?;
+        Ok(wit::Follower::new(GuestFollower(RefCell::new(follower))))
+    }
+
+    fn poll(&self, max_records: u32) -> Result<Vec<wit::VisibleRecord>, wit::WalError> {
+        let records = self
+            .0
+            .borrow_mut()
+            .poll(max_records.min(READ_BATCH_RECORDS_MAX) as usize)
+            .map_err(open_error)?;
+        Ok(records
+            .into_iter()
+            .map(|r| wit::VisibleRecord {
+                seq: r.seq.0,
+                op: r.op,
+                payload: r.payload.to_vec(),
+            })
+            .collect())
+    }
+
+    fn next_seq(&self) -> Option<u64> {
+        self.0.borrow().next_seq().map(|seq| seq.0)
+    }
 }
 
 impl wit::GuestReader for GuestReader {
     fn open(path: String) -> Result<wit::Reader, wit::WalError> {
-        let reader = WalReader::open(Arc::new(WitVfs), &path).map_err(open_error)?;
+        Self::open_at(path, 0)
+    }
+
+    fn open_at(path: String, from_seq: u64) -> Result<wit::Reader, wit::WalError> {
+        let reader =
+            WalReader::open_at(Arc::new(WitVfs), &path, LogSeq(from_seq)).map_err(open_error)?;
         Ok(wit::Reader::new(GuestReader(RefCell::new(reader))))
     }
 

@@ -34,6 +34,7 @@
 //! directory of preallocated segment files of that layout ([`segment`]), with rotation,
 //! checkpoint and truncation. `docs/FORMAT.md` has the byte-level description.
 
+pub mod follow;
 pub mod group_commit;
 pub mod lock;
 pub mod record;
@@ -44,6 +45,7 @@ mod error;
 mod writer;
 
 pub use error::{WalOpenError, WalRetentionError, WalRetireError, WalWriteError};
+pub use follow::WalFollower;
 pub use record::RecordRef;
 pub use replay::{Recovery, RecoveryEnd, WalReader, replay};
 pub use segment::WalTruncation;

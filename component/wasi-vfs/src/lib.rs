@@ -32,8 +32,8 @@ use wasi::filesystem::types::{
 };
 
 wit_bindgen::generate!({
-    world: "wasi-vfs",
-    path: "../../wit",
+    world: "stele:wasi-vfs/adapter",
+    path: ["../../wit", "wit"],
 });
 
 /// The most bytes one `read-at` returns; a larger request is answered short, as a read at end

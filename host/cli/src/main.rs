@@ -671,21 +671,22 @@ pub(crate) fn root_and_name(path: &std::path::Path) -> Result<(Arc<RealFs>, Stri
 }
 
 fn wal_dump(path: &std::path::Path, mode: Mode) -> Result<()> {
-    let (fs, name) = root_and_name(path)?;
-    let (vfs, progress) = progress::reading(fs, path, "reading");
-    let read = read_wal(vfs, &name, mode);
-    progress.finish_and_clear();
-    let (records, recovery) = read.with_context(|| format!("{}", path.display()))?;
-    for r in &records {
-        println!(
+    use std::io::Write;
+
+    let mut out = std::io::stdout().lock();
+    let recovery = wal_cli_cmd::for_each_record(path, mode, |r| {
+        writeln!(
+            out,
             "seq={} op={} len={} payload={}",
             r.seq,
             r.op,
             r.payload.len(),
             preview(&r.payload)
-        );
-    }
-    println!(
+        )?;
+        Ok(())
+    })?;
+    writeln!(
+        out,
         "records={} first_seq={} next_seq={} valid_end={} file_len={} end={:?}",
         recovery.records,
         recovery.first_seq,
@@ -693,7 +694,7 @@ fn wal_dump(path: &std::path::Path, mode: Mode) -> Result<()> {
         recovery.valid_end,
         recovery.file_len,
         recovery.end
-    );
+    )?;
     Ok(())
 }
 

@@ -10,8 +10,8 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 use stele::vfs::Vfs;
 use stele::wal::segment::list_segments;
-use stele::wal::{DurabilityPolicy, LogSeq, RecordRef, VisibleRecord, WalOptions, WalReader};
-use stele_host::{Mode, Wal, read_wal};
+use stele::wal::{DurabilityPolicy, LogSeq, Recovery, VisibleRecord, WalOptions};
+use stele_host::{Mode, Wal, WalScan, WalTail};
 
 use crate::{preview, root_and_name, wal_writer_error};
 
@@ -24,10 +24,14 @@ const APPEND_BATCH_RECORDS_MAX: usize = 1024;
 /// records arrive, so a huge N on a short log costs only what the log holds.
 const LAST_RECORDS_PREALLOCATED_MAX: usize = 4096;
 
-/// How often `tail -f` looks for new records. Natively a poll reads from the segment that
-/// holds the next seq (a single file from its start), so the interval trades latency against
-/// reading about one segment per poll.
+/// How long `tail -f` waits after a poll that found nothing new. An idle poll reads one small
+/// step past the last record (and lists a segment directory), so this trades latency only
+/// against that.
 const TAIL_POLL_INTERVAL: Duration = Duration::from_millis(200);
+
+/// Records asked for per read or poll: large enough to amortize a sandboxed call, small enough
+/// that a batch of large payloads stays a bounded allocation.
+const READ_BATCH_RECORDS: usize = 1024;
 
 /// The options for the log at `path`: an existing file is a single-file log, anything else
 /// (a directory, or nothing yet) a segment directory, unless `single_file` says otherwise.
@@ -103,43 +107,17 @@ fn record_line(r: &VisibleRecord, json: bool) -> String {
     }
 }
 
-/// The valid records of the log from seq `from` on, read where `mode` says.
-fn read_from(
-    vfs: Arc<dyn Vfs>,
-    name: &str,
-    from: LogSeq,
-    mode: Mode,
-) -> Result<Vec<VisibleRecord>> {
-    if mode != Mode::Native {
-        let (mut records, _) = read_wal(vfs, name, mode)?;
-        records.retain(|r| r.seq >= from);
-        return Ok(records);
-    }
-    let mut reader = WalReader::open_at(vfs, name, from)?;
-    let mut records = Vec::new();
-    while let Some(r) = reader.next_record()? {
-        records.push(owned(r));
-    }
-    Ok(records)
-}
-
-fn owned(r: RecordRef<'_>) -> VisibleRecord {
-    VisibleRecord {
-        seq: r.seq,
-        op: r.op,
-        payload: bytes::Bytes::copy_from_slice(r.payload),
-    }
-}
-
-/// The last `count` records of the log, read natively without reading the whole log: a
-/// segment directory is read from its newest segment, then one segment further back at a
-/// time, each read once, until `count` records are found or the log's first segment is
-/// reached. Memory holds `count` records. Also returns the seq after the log's last record,
-/// where a follower goes on.
+/// The last `count` records of the log, read where `mode` says, without reading the whole
+/// log: a segment directory is read from its newest segment, then one segment further back at
+/// a time, each read once (opened at its first seq, so the segments before it are skipped by
+/// name), until `count` records are found or the log's first segment is reached. A single file
+/// has no index and is read whole. Memory holds `count` records and one read batch. Also
+/// returns the seq after the log's last record, where a follower goes on.
 fn last_records(
     vfs: &Arc<dyn Vfs>,
     name: &str,
     count: usize,
+    mode: Mode,
 ) -> Result<(Vec<VisibleRecord>, LogSeq)> {
     let starts = match list_segments(&**vfs, name) {
         Ok(starts) if !starts.is_empty() => starts,
@@ -154,22 +132,28 @@ fn last_records(
         let until = starts.get(k + 1).copied();
         let needed = count - last.len();
         let mut segment = VecDeque::with_capacity(needed.min(LAST_RECORDS_PREALLOCATED_MAX));
-        let mut reader = WalReader::open_at(vfs.clone(), name, from)?;
-        while let Some(r) = reader.next_record()? {
-            if until.is_some_and(|until| r.seq >= until) {
+        let mut scan = WalScan::open_at(vfs.clone(), name, from, mode)?;
+        'segment: loop {
+            let batch = scan.next_batch(READ_BATCH_RECORDS)?;
+            if batch.is_empty() {
                 break;
             }
-            if needed == 0 {
-                continue;
+            for r in batch {
+                if until.is_some_and(|until| r.seq >= until) {
+                    break 'segment;
+                }
+                if needed == 0 {
+                    continue;
+                }
+                if segment.len() == needed {
+                    segment.pop_front();
+                }
+                segment.push_back(r);
             }
-            if segment.len() == needed {
-                segment.pop_front();
-            }
-            segment.push_back(owned(r));
         }
         if until.is_none() {
             // The newest segment was read to the log's end.
-            next = reader.recovery().map_or(LogSeq(0), |r| r.next_seq);
+            next = scan.recovery()?.map_or(LogSeq(0), |r| r.next_seq);
         }
         for r in segment.into_iter().rev() {
             last.push_front(r);
@@ -182,52 +166,73 @@ fn last_records(
 }
 
 /// Prints the last `lines` records; with `follow`, then every record appended later, as it
-/// becomes readable, until killed.
+/// becomes whole, until killed. The follower starts where the last records ended and reads
+/// only bytes it has not read (see `stele::wal::WalFollower`).
 pub fn tail(path: &Path, lines: usize, follow: bool, json: bool, mode: Mode) -> Result<()> {
     let (fs, name) = root_and_name(path)?;
     let vfs: Arc<dyn Vfs> = fs;
     let shown = path.display();
-    let (records, mut next) = if mode == Mode::Native {
-        last_records(&vfs, &name, lines)
-    } else {
-        read_wal(vfs.clone(), &name, mode)
-            .map(|(records, recovery)| (records, recovery.next_seq))
-            .map_err(Into::into)
-    }
-    .with_context(|| format!("{shown}"))?;
+    let (records, next) =
+        last_records(&vfs, &name, lines, mode).with_context(|| format!("{shown}"))?;
     let mut out = std::io::stdout().lock();
-    for r in &records[records.len().saturating_sub(lines)..] {
+    for r in &records {
         writeln!(out, "{}", record_line(r, json))?;
     }
     out.flush()?;
     if !follow {
         return Ok(());
     }
+    let mut tail = WalTail::open_at(vfs, &name, next, mode).with_context(|| format!("{shown}"))?;
     loop {
-        std::thread::sleep(TAIL_POLL_INTERVAL);
-        // A writer may be mid-append: a torn tail now is a group still being written, read
-        // again at the next poll. Records are printed only once whole and checksummed.
-        let records =
-            read_from(vfs.clone(), &name, next, mode).with_context(|| format!("{shown}"))?;
+        // A writer may be mid-append: a frame that is not whole yet is read again at the next
+        // poll. Records are printed only once whole and checksummed.
+        let records = tail
+            .poll(READ_BATCH_RECORDS)
+            .with_context(|| format!("{shown}"))?;
         for r in &records {
             writeln!(out, "{}", record_line(r, json))?;
-            next = r.seq.next();
         }
         out.flush()?;
+        if records.is_empty() {
+            std::thread::sleep(TAIL_POLL_INTERVAL);
+        }
     }
+}
+
+/// Calls `print` on each valid record of the log, in order, as it is read where `mode` says
+/// ([`WalScan`]: one batch in memory, not the log), and returns how the valid prefix ended.
+pub fn for_each_record(
+    path: &Path,
+    mode: Mode,
+    mut print: impl FnMut(&VisibleRecord) -> Result<()>,
+) -> Result<Recovery> {
+    let (fs, name) = root_and_name(path)?;
+    let shown = path.display();
+    let mut scan =
+        WalScan::open_at(fs, &name, LogSeq(0), mode).with_context(|| format!("{shown}"))?;
+    loop {
+        let batch = scan
+            .next_batch(READ_BATCH_RECORDS)
+            .with_context(|| format!("{shown}"))?;
+        if batch.is_empty() {
+            break;
+        }
+        for r in &batch {
+            print(r)?;
+        }
+    }
+    scan.recovery()
+        .with_context(|| format!("{shown}"))?
+        .with_context(|| format!("{shown}: the reader ended without saying how"))
 }
 
 /// `stele wal dump --json`: one JSON object per record, then one for how the log ended.
 pub fn dump_json(path: &Path, mode: Mode) -> Result<()> {
-    let (fs, name) = root_and_name(path)?;
-    let (vfs, progress) = crate::progress::reading(fs, path, "reading");
-    let read = read_wal(vfs, &name, mode);
-    progress.finish_and_clear();
-    let (records, recovery) = read.with_context(|| format!("{}", path.display()))?;
     let mut out = std::io::stdout().lock();
-    for r in &records {
+    let recovery = for_each_record(path, mode, |r| {
         writeln!(out, "{}", record_line(r, true))?;
-    }
+        Ok(())
+    })?;
     writeln!(
         out,
         "{}",

@@ -65,22 +65,18 @@ fn append_from_arguments_and_stdin_then_dump_and_tail() {
     assert_eq!(seqs, [3000, 3001]);
 }
 
-#[test]
-fn tail_follow_prints_what_another_process_appends() {
-    let dir = tempfile::tempdir().unwrap();
-    let run = common::stele_run(
-        Some(dir.path()),
-        &["wal", "append", "--single-file", "log.wal", "first"],
-    );
-    assert_eq!(run.code, Some(0), "{}", run.stderr);
+/// Starts `stele ARGS` in `dir` with its stdout read line by line onto a channel, so that a
+/// `tail -f` that never prints fails the test (on `recv_timeout`) instead of hanging it.
+fn spawn_tail(
+    dir: &std::path::Path,
+    args: &[&str],
+) -> (std::process::Child, std::sync::mpsc::Receiver<String>) {
     let mut tail = Command::new(env!("CARGO_BIN_EXE_stele"))
-        .current_dir(dir.path())
-        .args(["wal", "tail", "-f", "log.wal"])
+        .current_dir(dir)
+        .args(args)
         .stdout(Stdio::piped())
         .spawn()
         .unwrap();
-    // Lines arrive on a channel, so that a tail that never prints fails the test instead of
-    // hanging it.
     let (sender, lines) = std::sync::mpsc::channel();
     let stdout = tail.stdout.take().unwrap();
     std::thread::spawn(move || {
@@ -90,6 +86,18 @@ fn tail_follow_prints_what_another_process_appends() {
             }
         }
     });
+    (tail, lines)
+}
+
+#[test]
+fn tail_follow_prints_what_another_process_appends() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = common::stele_run(
+        Some(dir.path()),
+        &["wal", "append", "--single-file", "log.wal", "first"],
+    );
+    assert_eq!(run.code, Some(0), "{}", run.stderr);
+    let (mut tail, lines) = spawn_tail(dir.path(), &["wal", "tail", "-f", "log.wal"]);
     let next = || lines.recv_timeout(Duration::from_secs(20));
     let first = next();
     for word in ["second", "third"] {
@@ -109,6 +117,62 @@ fn tail_follow_prints_what_another_process_appends() {
         seen[1].starts_with("seq=2 ") && seen[1].contains("\"third\""),
         "{seen:?}"
     );
+}
+
+/// Appends `count` records of 100 bytes to the segmented log `log` in `dir` (created if
+/// missing) with 4 KiB segments: about 30 records a segment.
+fn soak_small_segments(dir: &std::path::Path, count: &str) {
+    let run = common::stele_run(
+        Some(dir),
+        &[
+            "wal",
+            "soak",
+            "log",
+            "--count",
+            count,
+            "--threads",
+            "1",
+            "--segment-bytes",
+            "4096",
+            "--payload-bytes",
+            "100",
+        ],
+    );
+    assert_eq!(run.code, Some(0), "{}", run.stderr);
+}
+
+/// `tail -f` of a segmented log that rotates while it follows, in the sandboxed modes (the
+/// component's `follower`): every record appended by another process arrives once, in order,
+/// across the new segments.
+#[test]
+fn tail_follow_crosses_rotations_in_the_sandboxed_modes() {
+    for mode in ["sandboxed", "sandboxed-plain"] {
+        let dir = tempfile::tempdir().unwrap();
+        soak_small_segments(dir.path(), "40");
+        let (mut tail, lines) = spawn_tail(
+            dir.path(),
+            &[
+                "wal", "tail", "-f", "-n", "1", "--json", "--mode", mode, "log",
+            ],
+        );
+        let seq = |line: Result<String, _>| -> u64 {
+            let line = line.expect("tail -f printed the next record within 30 s");
+            common::json_lines(&line)[0]["seq"].as_u64().unwrap()
+        };
+        assert_eq!(
+            seq(lines.recv_timeout(Duration::from_secs(30))),
+            39,
+            "{mode}"
+        );
+        // About 30 records a segment: 120 more cross four rotations.
+        soak_small_segments(dir.path(), "120");
+        let followed: Vec<u64> = (0..120)
+            .map(|_| seq(lines.recv_timeout(Duration::from_secs(30))))
+            .collect();
+        tail.kill().unwrap();
+        let _ = tail.wait();
+        assert_eq!(followed, (40..160).collect::<Vec<u64>>(), "{mode}");
+    }
 }
 
 /// The journal's and the push log's read commands speak JSON too.
@@ -479,23 +543,7 @@ fn help_lists_the_exit_statuses() {
 #[test]
 fn tail_prints_the_last_records_of_a_many_segment_log() {
     let dir = tempfile::tempdir().unwrap();
-    let run = common::stele_run(
-        Some(dir.path()),
-        &[
-            "wal",
-            "soak",
-            "log",
-            "--count",
-            "600",
-            "--threads",
-            "1",
-            "--segment-bytes",
-            "4096",
-            "--payload-bytes",
-            "100",
-        ],
-    );
-    assert_eq!(run.code, Some(0), "{}", run.stderr);
+    soak_small_segments(dir.path(), "600");
     let segments = std::fs::read_dir(dir.path().join("log"))
         .unwrap()
         .filter(|e| {

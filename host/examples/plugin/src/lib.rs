@@ -9,8 +9,10 @@
 use stele::log::wal::{CommitRecord, DurabilityPolicy, Reader, WalOptions, Writer};
 
 wit_bindgen::generate!({
-    world: "example-plugin",
-    path: "../../../wit",
+    world: "stele-example:plugin/example-plugin",
+    path: ["../../../wit", "wit"],
+    // `stele:log` is another package: generate its interfaces here too.
+    generate_all,
 });
 
 struct Plugin;
