@@ -13,6 +13,12 @@
 //!   `stele:log/vfs-async` (what `stele-async.wasm` imports), for stores that run the
 //!   component model's async ABI.
 //!
+//! Which calls can block the thread that drives the store: every `vfs` function is
+//! synchronous and runs inline (an open's recovery reads and syncs, a rotation's new segment, a
+//! checkpoint, small group writes); only `vfs-async`'s `write-at`, `sync` and `sync-dir`, which
+//! `stele-async.wasm` uses for a durable group's sync and large writes, run where
+//! [`SteleCtx`] says (tokio's blocking pool by default).
+//!
 //! Open files live in the store's [`ResourceTable`]; a guest holds only their handles. A handle
 //! that is not in the table (never issued, or already dropped) cannot reach a file: the
 //! component model checks handles on entry and traps the guest, never the host. Limits:
