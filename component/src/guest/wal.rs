@@ -20,6 +20,7 @@ pub struct GuestWriter(WalWriter);
 /// Interior mutability because WIT methods take `&self`; the component is single-threaded.
 pub struct GuestReader(RefCell<WalReader>);
 
+/// A `follower` resource: `poll` advances it, hence the `RefCell`, as for the reader.
 pub struct GuestFollower(RefCell<WalFollower>);
 
 /// The most records one `next-batch` returns, whatever the caller asks: bounds the list the
