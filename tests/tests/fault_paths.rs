@@ -367,6 +367,44 @@ fn wal_survives_a_failed_dir_sync_or_rename_at_every_index(mode: Mode) {
     }
 }
 
+/// A rotation whose directory sync fails fails its group (the writer is poisoned), and the
+/// writer's `dir_syncs` counts only the directory syncs that succeeded: the same number the
+/// filesystem saw succeed, in every mode (the async driver used to count the failed one).
+fn a_failed_rotation_dir_sync_is_not_counted(mode: Mode) {
+    let fs = FaultFs::new();
+    let options = WalOptions::segmented(DurabilityPolicy::FullSync, 4096);
+    let (wal, _) = Wal::open(vfs(&fs), "log", options, mode).unwrap();
+    fs.inject(FaultRule {
+        op: OpKind::SyncDir,
+        nth: fs.count(OpKind::SyncDir) + 1,
+        error: InjectedError::Io,
+    });
+    let payload = vec![7u8; 500];
+    let failed = (0..32).find_map(|_| wal.commit_durable(1, &payload).err());
+    assert!(
+        matches!(failed, Some(WalError::Write(WalWriteError::Failed { .. }))),
+        "{}: the rotation's group fails: {failed:?}",
+        mode.name()
+    );
+    let succeeded = fs
+        .trace()
+        .iter()
+        .filter(|e| e.kind == OpKind::SyncDir && !e.failed)
+        .count() as u64;
+    let failed_dir_syncs = fs
+        .trace()
+        .iter()
+        .filter(|e| e.kind == OpKind::SyncDir && e.failed)
+        .count();
+    assert_eq!(failed_dir_syncs, 1);
+    assert_eq!(
+        wal.stats().unwrap().dir_syncs,
+        succeeded,
+        "{}: dir_syncs counts the successful directory syncs",
+        mode.name()
+    );
+}
+
 /// Twelve appends of one or two ops, compactions after the 4th and 8th, and a reopen right
 /// after the second compaction (a new writer must not trust a name the old one left
 /// undurable). The writer retries a pending directory sync itself, so it is kept after a
@@ -502,6 +540,7 @@ every_mode!(
     failed_or_short_write_leaves_no_partial_record_before_the_next_append,
     enospc_is_a_typed_error,
     wal_survives_a_failed_dir_sync_or_rename_at_every_index,
+    a_failed_rotation_dir_sync_is_not_counted,
     journal_survives_a_failed_dir_sync_or_rename_at_every_index,
     push_log_survives_a_failed_dir_sync_or_rename_at_every_index,
 );

@@ -236,7 +236,10 @@ impl AsyncWriter {
                 result = vfs_async::sync_dir(self.segmented().dir.clone())
                     .await
                     .map_err(from_wit);
-                self.core.borrow_mut().count_setup_syncs(0, 1);
+                // Counted once it succeeded, as the thread driver counts it.
+                if result.is_ok() {
+                    self.core.borrow_mut().count_setup_syncs(0, 1);
+                }
             }
             if self.finish_group(&group, result) != LeaderStep::Continue {
                 return;
@@ -312,7 +315,9 @@ impl AsyncWriter {
             let mut result = result.map(drop);
             if result.is_ok() && self.rotation_dir_sync_needed(&group) {
                 result = WitVfs.sync_dir(&self.segmented().dir);
-                self.core.borrow_mut().count_setup_syncs(0, 1);
+                if result.is_ok() {
+                    self.core.borrow_mut().count_setup_syncs(0, 1);
+                }
             }
             if self.finish_group(&group, result) != LeaderStep::Continue {
                 return;
