@@ -19,8 +19,9 @@ use bytes::Bytes;
 use stele::vfs::Vfs;
 use stele::wal::group_commit::check_batch_bytes;
 use stele::wal::{
-    LogSeq, Recovery, VisibleRecord, WalOpenError, WalOptions, WalReader, WalRetentionError,
-    WalRetireError, WalRetirement, WalTruncation, WalWriteError, WalWriter, WalWriterStats,
+    LogSeq, READ_BATCH_RECORDS_MAX, Recovery, VisibleRecord, WalOpenError, WalOptions, WalReader,
+    WalRetentionError, WalRetireError, WalRetirement, WalTruncation, WalWriteError, WalWriter,
+    WalWriterStats,
 };
 use wasmtime::Store;
 use wasmtime::component::ResourceAny;
@@ -640,10 +641,6 @@ fn borrow_batch(owned: &[(u16, Vec<u8>)]) -> Vec<(u16, &[u8])> {
     owned.iter().map(|(op, p)| (*op, &p[..])).collect()
 }
 
-/// The most records one batch crosses the component boundary with: the guest caps its
-/// `next-batch` and `poll` lists at the same number.
-const GUEST_BATCH_RECORDS_MAX: usize = 4096;
-
 /// Reads a WAL's valid prefix batch by batch, in any [`Mode`], without writing to it: the
 /// streaming form of [`read_wal`]. Memory is one read window of one segment plus the batch the
 /// caller asks for, not the log. Natively it is [`WalReader`]; sandboxed, the plain
@@ -731,7 +728,7 @@ impl WalScan {
                 Ok(batch)
             }
             ScanInner::Sandboxed(guest) => {
-                let asked = max_records.min(GUEST_BATCH_RECORDS_MAX) as u32;
+                let asked = max_records.min(READ_BATCH_RECORDS_MAX) as u32;
                 let batch = guest_call(guest.bindings.stele_log_wal().reader().call_next_batch(
                     &mut guest.store,
                     guest.resource,
@@ -801,7 +798,7 @@ impl WalTail {
         match &mut self.inner {
             TailInner::Native(follower) => Ok(follower.poll(max_records)?),
             TailInner::Sandboxed(guest) => {
-                let asked = max_records.clamp(1, GUEST_BATCH_RECORDS_MAX) as u32;
+                let asked = max_records.clamp(1, READ_BATCH_RECORDS_MAX) as u32;
                 let batch = guest_call(guest.bindings.stele_log_wal().follower().call_poll(
                     &mut guest.store,
                     guest.resource,
@@ -853,7 +850,7 @@ pub fn read_wal_from(
     let mut scan = WalScan::open_at(vfs, path, from, mode)?;
     let mut records = Vec::new();
     loop {
-        let batch = scan.next_batch(GUEST_BATCH_RECORDS_MAX)?;
+        let batch = scan.next_batch(READ_BATCH_RECORDS_MAX)?;
         if batch.is_empty() {
             break;
         }

@@ -6,9 +6,9 @@ use std::sync::Arc;
 
 use crate::header::HeaderError;
 use crate::wal::{
-    DurabilityPolicy, LogSeq, Recovery, RecoveryEnd, WalFollower, WalOpenError, WalOptions,
-    WalReader, WalRetentionError, WalRetireError, WalTruncation, WalWriteError, WalWriter,
-    WalWriterStats,
+    DurabilityPolicy, LogSeq, READ_BATCH_RECORDS_MAX, Recovery, RecoveryEnd, WalFollower,
+    WalOpenError, WalOptions, WalReader, WalRetentionError, WalRetireError, WalTruncation,
+    WalWriteError, WalWriter, WalWriterStats,
 };
 
 use super::Component;
@@ -22,10 +22,6 @@ pub struct GuestReader(RefCell<WalReader>);
 
 /// A `follower` resource: `poll` advances it, hence the `RefCell`, as for the reader.
 pub struct GuestFollower(RefCell<WalFollower>);
-
-/// The most records one `next-batch` returns, whatever the caller asks: bounds the list the
-/// host must lift in one call.
-const READ_BATCH_RECORDS_MAX: u32 = 4096;
 
 pub(crate) fn options(o: wit::WalOptions) -> Result<WalOptions, wit::WalError> {
     let max_group_bytes = match o.max_group_bytes {
@@ -298,7 +294,7 @@ impl wit::GuestFollower for GuestFollower {
         let records = self
             .0
             .borrow_mut()
-            .poll(max_records.min(READ_BATCH_RECORDS_MAX) as usize)
+            .poll((max_records as usize).min(READ_BATCH_RECORDS_MAX))
             .map_err(open_error)?;
         Ok(records
             .into_iter()
@@ -329,7 +325,7 @@ impl wit::GuestReader for GuestReader {
     fn next_batch(&self, max_records: u32) -> Result<Vec<wit::VisibleRecord>, wit::WalError> {
         let mut reader = self.0.borrow_mut();
         let mut out = Vec::new();
-        while out.len() < max_records.min(READ_BATCH_RECORDS_MAX) as usize {
+        while out.len() < (max_records as usize).min(READ_BATCH_RECORDS_MAX) {
             match reader.next_record().map_err(open_error)? {
                 Some(r) => out.push(wit::VisibleRecord {
                     seq: r.seq.0,

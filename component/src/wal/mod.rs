@@ -47,7 +47,7 @@ mod writer;
 pub use error::{WalOpenError, WalRetentionError, WalRetireError, WalWriteError};
 pub use follow::WalFollower;
 pub use record::RecordRef;
-pub use replay::{Recovery, RecoveryEnd, WalReader, replay};
+pub use replay::{READ_BATCH_RECORDS_MAX, Recovery, RecoveryEnd, WalReader, replay};
 pub use segment::WalTruncation;
 #[cfg(all(target_arch = "wasm32", feature = "component-async"))]
 pub(crate) use writer::zero_range;

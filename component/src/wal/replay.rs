@@ -223,6 +223,11 @@ pub fn replay(
         .expect("a scan that returned None has finished"))
 }
 
+/// The most records one `reader.next-batch` or `follower.poll` of the component returns,
+/// whatever the caller asks: bounds the list the host lifts in one call. The host asks for no
+/// more than this.
+pub const READ_BATCH_RECORDS_MAX: usize = 4096;
+
 /// Reads a WAL record by record, without writing to it: the reader behind `stele wal dump`, the
 /// component's `reader` resource, and tests. Memory is bounded as in [`replay`]. It reads a
 /// single-file log or a segment directory (see [`super::segment::SegmentReader`]).
