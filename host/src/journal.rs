@@ -13,10 +13,8 @@
 
 use std::sync::Arc;
 
-use stele::journal::{
-    BlockingJournal, JournalFile, JournalOp, JournalRecovery, VfsIo, Writer, replay,
-};
-use stele::vfs::Vfs;
+use stele::journal::{BlockingJournal, JournalFile, JournalOp, JournalRecovery, Writer, replay};
+use stele::vfs::{ReadyIo, Vfs};
 use wasmtime::Store;
 use wasmtime::component::ResourceAny;
 
@@ -167,7 +165,7 @@ fn flatten<R>(answer: wasmtime::Result<wasmtime::Result<R>>) -> Result<R, Sandbo
 /// The journal each mode drives, behind one blocking interface.
 #[derive(Debug)]
 pub(crate) enum HostJournal {
-    Native(JournalFile<VfsIo>),
+    Native(JournalFile<ReadyIo>),
     Sandboxed(Box<GuestJournal>),
 }
 

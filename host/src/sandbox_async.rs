@@ -41,7 +41,7 @@
 //! behaviour. Durable calls (`commit-many-durable`, `flush`) become concurrent guest tasks:
 //! while one leads and awaits the host's sync (run by one of its callers, or the dispatcher),
 //! the run starts the next requests, which stage into the next group. (Small writes run inline:
-//! see `WRITE_INLINE_BYTES_MAX` in `vfs_host`. Every export of `wal-async` is an `async func`:
+//! see `stele::vfs::INLINE_WRITE_BYTES_MAX`. Every export of `wal-async` is an `async func`:
 //! a store with async host functions accepts only async-lifted calls.)
 //!
 //! Durable commits that are queued together (the callers a group answered, back at once) start

@@ -14,9 +14,10 @@
 //!   component model's async ABI.
 //!
 //! Which calls can block the thread that drives the store: every `vfs` function is
-//! synchronous and runs inline (an open's recovery reads and syncs, a rotation's new segment, a
-//! checkpoint, small group writes); only `vfs-async`'s `write-at`, `sync` and `sync-dir`, which
-//! `stele-async.wasm` uses for a durable group's sync and large writes, run where
+//! synchronous and runs inline (an open's recovery reads, a rotation's new segment, a
+//! checkpoint or truncation, small writes, and a non-durable commit that writes a group
+//! itself); only `vfs-async`'s `write-at`, `sync` and `sync-dir`, which `stele-async.wasm` uses
+//! for the syncs of a durable group and of an open and for large writes, run where
 //! [`SteleCtx`] says (tokio's blocking pool by default).
 //!
 //! Open files live in the store's [`ResourceTable`]; a guest holds only their handles. A handle
@@ -36,7 +37,7 @@
 
 use std::sync::Arc;
 
-use stele::vfs::{OpenMode, SyncKind, Vfs, VfsError, VfsFile, VfsLock};
+use stele::vfs::{INLINE_WRITE_BYTES_MAX, OpenMode, SyncKind, Vfs, VfsError, VfsFile, VfsLock};
 use wasmtime::component::{Accessor, HasData, Linker, Resource, ResourceTable};
 
 use crate::bindings::engine_async::stele::log::vfs_async as wit_async;
@@ -51,12 +52,6 @@ pub const READ_BYTES_MAX: u64 = 4 << 20;
 /// file and its lock); the bound only stops a misbehaving guest from exhausting the host's
 /// descriptors.
 pub const OPEN_FILES_MAX_DEFAULT: usize = 64;
-
-/// An async `write-at` of at most this many bytes runs inline, on the thread serving the
-/// instance: a buffered write this small is a copy into the page cache (microseconds), where
-/// the I/O thread's round trip costs two thread wake-ups (77 µs on this 2-core VM). Larger
-/// writes go to the I/O thread, so the instance keeps serving other calls meanwhile.
-const WRITE_INLINE_BYTES_MAX: usize = 64 << 10;
 
 /// A file a guest opened. Shared (`Arc`) so that an async import can hand it to another thread
 /// while the guest's other calls keep running.
@@ -459,7 +454,10 @@ impl<T: Send + 'static> wit_async::HostWithStore<T> for SteleVfs {
         let taken = file_and_io(accessor, &file);
         async move {
             let (file, io) = taken?;
-            let io = if data.len() > WRITE_INLINE_BYTES_MAX {
+            // A buffered write this small is a copy into the page cache (microseconds), where
+            // the I/O thread's round trip costs two thread wake-ups (77 µs on this 2-core VM);
+            // larger writes go to the I/O thread, so the instance keeps serving calls meanwhile.
+            let io = if data.len() > INLINE_WRITE_BYTES_MAX {
                 io
             } else {
                 AsyncIo::Inline

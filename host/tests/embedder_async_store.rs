@@ -1,11 +1,11 @@
 //! An embedder's own async store runs the async-ABI engine (`stele-async.wasm`) itself: its own
 //! `Engine`, `Store<Host>` and `Linker<Host>`, Stele's imports linked with
 //! `stele_host::add_to_linker_async` and run where `SteleCtx` runs them by default: the
-//! `vfs-async` calls (a durable group's write and sync) on tokio's blocking pool, since the
-//! store is driven inside a tokio runtime, so the thread that drives the store does not block
-//! on a group's fsync. The synchronous `vfs` calls (an open's recovery and syncs, a rotation's
-//! new segment, a checkpoint) run inline, on that thread: pinned here, and said in
-//! `vfs_host`'s module doc. Concurrent durable commits on one instance, inside the embedder's
+//! `vfs-async` calls (a durable group's write and sync, and an open's syncs) on tokio's
+//! blocking pool, since the store is driven inside a tokio runtime, so the thread that drives
+//! the store does not block on an fsync of a commit or of an open. The synchronous `vfs` calls
+//! (an open's recovery reads, a rotation's new segment, a checkpoint) run inline, on that
+//! thread, as `vfs_host`'s module doc says. Concurrent durable commits on one instance, inside the embedder's
 //! `run_concurrent`, must share syncs and each record must be on disk afterwards.
 
 use std::sync::{Arc, Mutex};
@@ -229,7 +229,8 @@ fn concurrent_durable_commits_in_the_embedders_async_store_share_syncs_off_its_t
         stats.groups
     );
     // The store runs on this thread (a current-thread runtime). The groups' syncs ran
-    // elsewhere; the open's (a new file's sync, its directory's sync) ran here, through `vfs`.
+    // elsewhere, and so did the open's (a new file's sync, its directory's sync): the engine's
+    // open awaits them through `vfs-async`, as a group does.
     let store_thread = std::thread::current().id();
     assert!(!commit_sync_threads.is_empty());
     assert!(
@@ -237,7 +238,10 @@ fn concurrent_durable_commits_in_the_embedders_async_store_share_syncs_off_its_t
         "a group's sync blocked the thread that drives the store"
     );
     assert!(!open_sync_threads.is_empty());
-    assert!(open_sync_threads.iter().all(|&t| t == store_thread));
+    assert!(
+        open_sync_threads.iter().all(|&t| t != store_thread),
+        "an open's sync blocked the thread that drives the store"
+    );
 
     // Every acknowledged record is in the file, with the payload its caller gave.
     let fs = Arc::new(RealFs::open_root(dir.path()).unwrap());

@@ -6,14 +6,15 @@
 use std::cell::RefCell;
 use std::sync::Arc;
 
-use crate::journal::{JournalError, JournalFile, JournalOp, JournalRecovery, VfsIo, replay};
+use crate::journal::{JournalError, JournalFile, JournalOp, JournalRecovery, replay};
+use crate::vfs::ReadyIo;
 
 use super::Component;
 use super::exports::stele::log::journal as wit;
 use super::vfs::{WitVfs, to_wit};
 use super::wal::header_error;
 
-pub struct GuestJournal(RefCell<JournalFile<VfsIo>>);
+pub struct GuestJournal(RefCell<JournalFile<ReadyIo>>);
 
 pub(crate) fn journal_error(err: JournalError) -> wit::JournalError {
     use wit::JournalError as E;

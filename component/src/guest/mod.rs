@@ -17,6 +17,8 @@ mod vfs;
 mod wal;
 #[cfg(feature = "component-async")]
 mod wal_async;
+#[cfg(feature = "component-async")]
+mod wit_io;
 
 #[cfg(not(feature = "component-async"))]
 wit_bindgen::generate!({

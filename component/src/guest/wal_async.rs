@@ -1,10 +1,13 @@
 //! The `stele:log/wal-async` export: the async driver of [`GroupCommit`] inside the component.
 //!
 //! Each export call is a task of the component. Durable calls stage their records, then either
-//! lead (write one group through the async `vfs-async.write-at`, await `vfs-async.sync`) or park
-//! their waker until a group completes. While a leader awaits the host's sync, the host runs
-//! other calls into this instance; they stage into the next group. The rules (when to hand off,
-//! when to gather, what poisons) are the core's, exactly as under the thread driver.
+//! lead or park their waker until a group completes. A leader carries out groups through the
+//! same executor as the thread driver ([`crate::wal::executor`]), over [`WitIo::Async`]: its
+//! sync awaits `vfs-async.sync`, and while it does, the host runs other calls into this
+//! instance; they stage into the next group. The rules (when to hand off, when to gather and for
+//! how long, what poisons) are the core's, as under the thread driver; this driver tells the
+//! core that its callers arrive one per turn ([`Arrivals::OnePerTurn`]). What stays here is only
+//! waiting and waking.
 //!
 //! Cancellation: a waiting task that the host cancels deregisters (its guard runs) and its
 //! records stay staged; the next leader writes them. The Stele host never cancels a call it has
@@ -15,36 +18,24 @@ use std::future::poll_fn;
 use std::rc::Rc;
 use std::task::{Poll, Waker};
 
-use crate::vfs::{OpenMode, Vfs, VfsError, VfsFile, VfsLock};
-use crate::wal::group_commit::{Group, GroupCommit, LeaderStep, Leadership, WaitState};
-use crate::wal::segment::{self, SegmentRetention, segment_path};
+use crate::vfs::{DeviceIo, OpenMode, VfsError, VfsLock, complete_now};
+use crate::wal::executor::{SegmentSite, write_group, write_segmented_group};
+use crate::wal::group_commit::{Arrivals, Group, GroupCommit, LeaderStep, Leadership, WaitState};
+use crate::wal::segment::SegmentRetention;
 use crate::wal::{
     LogSeq, Recovery, SetupMode, WalRetentionError, WalWriteError, lock_single_file, setup_log,
-    setup_segments, zero_range,
+    setup_segments,
 };
 
 use super::Component;
 use super::exports::stele::log::wal as wal_types;
 use super::exports::stele::log::wal_async as wit;
-use super::stele::log::vfs as wit_vfs;
-use super::stele::log::vfs_async;
-use super::vfs::{WitFile, WitVfs, from_wit, open_file, wit_sync_kind};
+use super::vfs::{WitFile, WitVfs};
 use super::wal::{
     batch, open_error, options, range, recovery, retention_error, retire_error, retirement, stats,
     truncation, visible, write_error,
 };
-
-/// How many times at most a gathering leader yields to the host's event loop so that the
-/// callers of the previous group can leave and call again. Each round lets the host start every
-/// call that is ready; the core's `keep_gathering` stops at the first round that brings nothing.
-/// Chosen, not tuned; bounded so that no caller waits on a timer or an unbounded loop.
-const GATHER_ROUNDS_MAX: usize = 32;
-
-/// Groups up to this size are written through the synchronous `vfs.write-at`: a page-cache
-/// write of 64 KiB takes microseconds, less than a hop to the host's I/O thread and back, and
-/// the sync that follows is the call worth suspending on. Larger groups are written through the
-/// async import so the instance keeps serving calls meanwhile. Chosen, not tuned.
-const INLINE_WRITE_BYTES_MAX: usize = 64 << 10;
+use super::wit_io::WitIo;
 
 pub struct AsyncWriter {
     /// The file groups go to. Replaced by a rotation; an `Rc` so the leader can hold it across
@@ -58,6 +49,9 @@ pub struct AsyncWriter {
     /// Bumped after every group and every release of leadership; a parked task re-checks when it
     /// changed.
     generation: Cell<u64>,
+    /// Where the executor assembles a multi-batch group. Only the leader uses it; it takes the
+    /// buffer out for the group's duration, across the awaits.
+    group_scratch: RefCell<Vec<u8>>,
     /// The writer lock ([`crate::wal::lock`]), held until the writer resource is dropped.
     /// Declared last, so that it is released only after the file above is closed.
     _lock: Box<dyn VfsLock>,
@@ -87,51 +81,58 @@ impl Drop for WaitGuard<'_> {
 }
 
 impl AsyncWriter {
-    fn start(
+    /// Sets up the log through the same functions as the thread driver, over [`WitIo::Async`]:
+    /// the open's syncs suspend this call as a group's do, and the instance serves other calls
+    /// meanwhile.
+    async fn start(
         path: &str,
         wit_options: wal_types::WalOptions,
         mode: SetupMode,
     ) -> Result<(AsyncWriter, Recovery), wal_types::WalError> {
         let options = options(wit_options)?;
-        if options.segment_bytes.is_some() {
-            let setup = setup_segments(&WitVfs, path, options, mode).map_err(open_error)?;
-            let current = *setup.live.last().expect("a set-up log has a segment");
-            // setup_segments hands back a boxed file; the async imports need the handle itself.
-            drop(setup.current);
-            let file = open_file(&segment_path(path, current), OpenMode::Existing)
-                .map_err(|e| open_error(e.into()))?;
-            let writer = AsyncWriter {
-                file: RefCell::new(Rc::new(file)),
-                segments: Some(AsyncSegments {
-                    dir: path.to_owned(),
-                    segment_bytes: setup.segment_bytes,
-                    retention: RefCell::new(SegmentRetention {
-                        live: setup.live,
-                        checkpoint: setup.recovery.checkpoint,
-                    }),
+        let io = WitIo::Async;
+        let (file, segments, mut core, recovery, lock) = if options.segment_bytes.is_some() {
+            let setup = setup_segments(&io, path, options, mode)
+                .await
+                .map_err(open_error)?;
+            let segments = AsyncSegments {
+                dir: path.to_owned(),
+                segment_bytes: setup.segment_bytes,
+                retention: RefCell::new(SegmentRetention {
+                    live: setup.live,
+                    checkpoint: setup.recovery.checkpoint,
                 }),
-                core: RefCell::new(setup.core),
-                parked: RefCell::new(Vec::new()),
-                generation: Cell::new(0),
-                _lock: setup.lock,
             };
-            return Ok((writer, setup.recovery.recovery));
-        }
-        let lock = lock_single_file(&WitVfs, path, &options).map_err(open_error)?;
-        let file = wit_vfs::open(path, wit_vfs::OpenMode::Create)
-            .map_err(|e| open_error(from_wit(e).into()))?;
-        let file = WitFile(file);
-        let (core, rec) =
-            setup_log(&WitVfs, path, &lock, &file, options, mode).map_err(open_error)?;
+            (
+                setup.current,
+                Some(segments),
+                setup.core,
+                setup.recovery.recovery,
+                setup.lock,
+            )
+        } else {
+            let lock = lock_single_file(&WitVfs, path, &options).map_err(open_error)?;
+            let file = io
+                .open(path, OpenMode::Create)
+                .map_err(|e| open_error(e.into()))?;
+            let (core, recovery) = setup_log(&io, path, &lock, &file, options, mode)
+                .await
+                .map_err(open_error)?;
+            let lock: Box<dyn VfsLock> = Box::new(lock);
+            (file, None, core, recovery, lock)
+        };
+        // Calls enter this instance one per turn of the host's event loop.
+        core.set_arrivals(Arrivals::OnePerTurn);
         let writer = AsyncWriter {
             file: RefCell::new(Rc::new(file)),
-            segments: None,
+            segments,
             core: RefCell::new(core),
             parked: RefCell::new(Vec::new()),
             generation: Cell::new(0),
-            _lock: Box::new(lock),
+            group_scratch: RefCell::new(Vec::new()),
+            _lock: lock,
         };
-        Ok((writer, rec))
+        Ok((writer, recovery))
     }
 
     fn wake_all(&self) {
@@ -178,23 +179,22 @@ impl AsyncWriter {
             }
             let leadership = self.claim_leadership();
             match leadership {
-                Some(leadership) => self.lead(leadership).await,
+                Some(leadership) => self.lead(leadership.gather, WitIo::Async).await,
                 None => self.park().await,
             }
         }
     }
 
-    async fn lead(&self, _leadership: Leadership) {
-        // Always gather here, not only when the core asks (after a hand-off, or while callers
-        // of the last group are leaving): calls the host starts together enter the instance
-        // one per turn of its event loop, so a leader that did not yield would see only
-        // itself, and lead a group of one. A quiet round costs a few microseconds.
-        {
-            for _ in 0..GATHER_ROUNDS_MAX {
+    /// Leads until the core says to stop: gathers if `gather` (see [`Arrivals::OnePerTurn`]:
+    /// under this driver the core asks for it at every claim), then carries out one group at a
+    /// time through the executor over `io`, and wakes every parked task after each.
+    async fn lead(&self, gather: bool, io: WitIo) {
+        if gather {
+            for round in 0.. {
                 let before = self.core.borrow().pending_records();
                 wit_bindgen::yield_async().await;
                 let core = self.core.borrow();
-                if !core.keep_gathering(core.departing_waiters(), before) {
+                if !core.keep_gathering(round, core.departing_waiters(), before) {
                     break;
                 }
             }
@@ -203,75 +203,36 @@ impl AsyncWriter {
             let Some(group) = self.next_group() else {
                 return;
             };
-            let file = match self.group_file(&group) {
-                Ok(file) => file,
-                Err(cause) => {
-                    // A failed rotation poisons the writer as a failed write does.
-                    let step = self.finish_group(&group, Err(cause));
-                    debug_assert_eq!(step, LeaderStep::Release);
-                    return;
-                }
-            };
-            let data: Vec<u8> = group.chunks.concat();
-            let mut result = if data.len() <= INLINE_WRITE_BYTES_MAX {
-                file.write_at(group.offset, &data)
-            } else {
-                vfs_async::write_at(&file.0, group.offset, data)
-                    .await
-                    .map_err(from_wit)
-            };
-            let zero_fill = group.zero_fill.clone();
-            if result.is_ok() && !zero_fill.is_empty() {
-                let zeros = vec![0u8; (zero_fill.end - zero_fill.start) as usize];
-                result = vfs_async::write_at(&file.0, zero_fill.start, zeros)
-                    .await
-                    .map_err(from_wit);
-            }
-            if let (Ok(()), Some(kind)) = (&result, group.sync) {
-                result = vfs_async::sync(&file.0, wit_sync_kind(kind))
-                    .await
-                    .map_err(from_wit);
-            }
-            if result.is_ok() && self.rotation_dir_sync_needed(&group) {
-                result = vfs_async::sync_dir(self.segmented().dir.clone())
-                    .await
-                    .map_err(from_wit);
-                // Counted once it succeeded, as the thread driver counts it.
-                if result.is_ok() {
-                    self.core.borrow_mut().count_setup_syncs(0, 1);
-                }
-            }
+            let result = self.write_group(&group, io).await;
             if self.finish_group(&group, result) != LeaderStep::Continue {
                 return;
             }
         }
     }
 
-    /// The file `group` goes to: the current segment, or, when the group starts a segment, a new
-    /// one (header and size written, nothing synced: see [`Self::finish_rotation`]).
-    fn group_file(&self, group: &Group) -> Result<Rc<WitFile>, VfsError> {
-        if group.starts_segment {
-            let segments = self.segmented();
-            let path = segment_path(&segments.dir, group.seqs.start);
-            let file = open_file(&path, OpenMode::Truncate)?;
-            segment::prepare_segment(&file, group.seqs.start, segments.segment_bytes)?;
-            segments.retention.borrow_mut().live.push(group.seqs.start);
-            *self.file.borrow_mut() = Rc::new(file);
-        }
-        Ok(self.file.borrow().clone())
-    }
-
-    fn segmented(&self) -> &AsyncSegments {
-        self.segments
-            .as_ref()
-            .expect("only a segmented core starts segments")
-    }
-
-    /// After a group that started a segment was written and synced: the sync made header, size
-    /// and records durable; the directory sync makes the new name durable, before any record in
-    /// it is acknowledged.
-    fn rotation_dir_sync_needed(&self, group: &Group) -> bool {
-        group.starts_segment && group.sync.is_some()
+    /// Carries out `group` through the one executor; a segment it starts becomes current.
+    async fn write_group(&self, group: &Group, io: WitIo) -> Result<(), VfsError> {
+        // Cloned out of the cell, so that no borrow is held across the awaits below.
+        let current = self.file.borrow().clone();
+        let mut scratch = self.group_scratch.take();
+        let result = match &self.segments {
+            None => write_group(&io, &*current, group, &mut scratch).await,
+            Some(segments) => {
+                let site = SegmentSite {
+                    dir: &segments.dir,
+                    segment_bytes: segments.segment_bytes,
+                };
+                let written =
+                    write_segmented_group(&io, &*current, site, group, &mut scratch).await;
+                if let Some(started) = written.started {
+                    segments.retention.borrow_mut().live.push(group.seqs.start);
+                    *self.file.borrow_mut() = Rc::new(started);
+                }
+                written.result
+            }
+        };
+        self.group_scratch.replace(scratch);
+        result
     }
 
     /// The next group to write, or `None` after releasing leadership (nothing pending).
@@ -296,33 +257,11 @@ impl AsyncWriter {
         step
     }
 
-    /// A non-durable commit that finds no leader writes the pending groups itself, through the
-    /// synchronous imports: it is a synchronous export and cannot await.
+    /// A non-durable commit that finds no leader carries out the pending groups itself, through
+    /// the synchronous imports ([`WitIo::Blocking`]), without gathering: it does not wait for
+    /// durability, so it has no reason to suspend.
     fn lead_blocking(&self) {
-        loop {
-            let Some(group) = self.next_group() else {
-                return;
-            };
-            let data: Vec<u8> = group.chunks.concat();
-            let mut result = self.group_file(&group).and_then(|file| {
-                file.write_at(group.offset, &data)?;
-                zero_range(&*file, group.zero_fill.start, group.zero_fill.end)?;
-                Ok(file)
-            });
-            if let (Ok(file), Some(kind)) = (&result, group.sync) {
-                result = file.sync(kind).map(|()| file.clone());
-            }
-            let mut result = result.map(drop);
-            if result.is_ok() && self.rotation_dir_sync_needed(&group) {
-                result = WitVfs.sync_dir(&self.segmented().dir);
-                if result.is_ok() {
-                    self.core.borrow_mut().count_setup_syncs(0, 1);
-                }
-            }
-            if self.finish_group(&group, result) != LeaderStep::Continue {
-                return;
-            }
-        }
+        complete_now(self.lead(false, WitIo::Blocking));
     }
 
     fn commit_many(
@@ -408,7 +347,7 @@ impl wit::GuestWriter for AsyncWriter {
         path: String,
         options: wal_types::WalOptions,
     ) -> Result<wit::Writer, wal_types::WalError> {
-        let (writer, _) = AsyncWriter::start(&path, options, SetupMode::Create)?;
+        let (writer, _) = AsyncWriter::start(&path, options, SetupMode::Create).await?;
         Ok(wit::Writer::new(writer))
     }
 
@@ -416,7 +355,7 @@ impl wit::GuestWriter for AsyncWriter {
         path: String,
         options: wal_types::WalOptions,
     ) -> Result<(wit::Writer, wal_types::Recovery), wal_types::WalError> {
-        let (writer, rec) = AsyncWriter::start(&path, options, SetupMode::Open)?;
+        let (writer, rec) = AsyncWriter::start(&path, options, SetupMode::Open).await?;
         Ok((wit::Writer::new(writer), recovery(rec)))
     }
 

@@ -29,13 +29,12 @@ mod replay;
 mod tokio_writer;
 mod writer;
 
+pub use crate::vfs::replace::COMPACTING_SUFFIX;
 pub use ops::{JournalOp, JournalOpRef, SessionState, check_frames, encode_frames, snapshot_ops};
 pub use replay::{JournalRecovery, replay, replay_file};
 #[cfg(not(target_arch = "wasm32"))]
 pub use tokio_writer::{BlockingJournal, Writer};
-pub use writer::{
-    APPEND_BYTES_MAX, COMPACTING_SUFFIX, JournalFile, JournalIo, VfsIo, check_append,
-};
+pub use writer::{APPEND_BYTES_MAX, JournalFile, check_append};
 
 use crate::header::HeaderError;
 use crate::vfs::VfsError;

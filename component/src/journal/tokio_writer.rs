@@ -6,12 +6,17 @@
 //! The journal it drives is any [`BlockingJournal`]: natively a [`JournalFile`] over a `Vfs`;
 //! the host crate plugs in the component, so every mode gets this same driver.
 
+#![expect(
+    clippy::disallowed_methods,
+    reason = "the tokio driver runs the journal's blocking calls on tokio's blocking pool"
+)]
+
 use std::sync::Arc;
 
 use tokio::task::JoinHandle;
 
-use super::{JournalError, JournalFile, VfsIo};
-use crate::vfs::Vfs;
+use super::{JournalError, JournalFile};
+use crate::vfs::{ReadyIo, Vfs};
 
 /// A journal whose calls block the calling thread until their I/O is done.
 pub trait BlockingJournal: Send + 'static {
@@ -27,7 +32,7 @@ pub trait BlockingJournal: Send + 'static {
     fn lost(why: String) -> Self::Error;
 }
 
-impl BlockingJournal for JournalFile<VfsIo> {
+impl BlockingJournal for JournalFile<ReadyIo> {
     type Error = JournalError;
     fn append(&mut self, frames: &[u8]) -> Result<(), JournalError> {
         self.append_blocking(frames)
@@ -52,7 +57,7 @@ type Returned<J> = (J, Vec<u8>, Result<(), <J as BlockingJournal>::Error>);
 /// not stop the operation, which runs to completion on the blocking pool; the next call waits
 /// for it and takes the handle back (the dropped call's buffer is freed, its outcome unseen).
 #[derive(Debug)]
-pub struct Writer<J: BlockingJournal = JournalFile<VfsIo>> {
+pub struct Writer<J: BlockingJournal = JournalFile<ReadyIo>> {
     /// `None` only while a blocking operation owns the handle (`in_flight`), or permanently
     /// after one panicked. (After `compact` renamed the journal but could not reopen it, the
     /// `JournalFile` is kept and reports `NoHandle` itself.)
@@ -67,7 +72,7 @@ fn panicked<J: BlockingJournal>(what: &str) -> J::Error {
     ))
 }
 
-impl Writer<JournalFile<VfsIo>> {
+impl Writer<JournalFile<ReadyIo>> {
     /// Opens (or creates) the journal at `path` in `vfs` for appending; see
     /// [`JournalFile::open`]: it takes the advisory lock `<path>.lock` (a second writer, in
     /// this process or another, gets [`JournalError::Locked`]), refuses a header naming another
@@ -76,7 +81,7 @@ impl Writer<JournalFile<VfsIo>> {
         let path = path.into();
         let file = tokio::task::spawn_blocking(move || JournalFile::open_blocking(vfs, &path))
             .await
-            .map_err(|_| panicked::<JournalFile<VfsIo>>("open"))??;
+            .map_err(|_| panicked::<JournalFile<ReadyIo>>("open"))??;
         Ok(Writer::new(file))
     }
 }

@@ -1,8 +1,8 @@
 //! [`JournalFile`]: the journal writer's state and its I/O sequences, written once for every
 //! driver.
 //!
-//! The methods are `async` over [`JournalIo`], whose waiting calls (write, sync, directory
-//! sync) are futures. Over a [`Vfs`] ([`VfsIo`]) those futures are ready at once, so the
+//! The methods are `async` over [`DeviceIo`], whose waiting calls (write, sync, directory
+//! sync) are futures. Over a [`Vfs`] ([`ReadyIo`]) those futures are ready at once, so the
 //! `*_blocking` methods run the same code synchronously: that is what tokio's blocking pool
 //! runs ([`super::Writer`]) and what the plain component exports. The async component awaits
 //! its `vfs-async` imports through the same methods.
@@ -14,92 +14,19 @@
 //!   entry that names the file are all durable;
 //! - a compaction either leaves the journal and the writer as they were, or replaces both.
 
-use std::future::Future;
-use std::pin::pin;
 use std::sync::Arc;
-use std::task::{Context, Poll, Waker};
 
 use crate::frame;
 use crate::header::{Family, FileHeader, HEADER_BYTES};
-use crate::vfs::{OpenMode, SyncKind, Vfs, VfsError, VfsFile, VfsLock, parent_dir};
+use crate::vfs::replace::{COMPACTING_SUFFIX, ReplaceStage, replace_file};
+use crate::vfs::{
+    DeviceIo, OpenMode, ReadyIo, SyncKind, Vfs, VfsError, VfsFile, VfsLock, complete_now,
+    parent_dir,
+};
 
 use super::ops::{batch_body_bytes, check_frames, for_each_op_in_body, push_batch_frame};
 use super::replay::scan;
 use super::{JOURNAL_VERSION, JournalError, lock_path};
-
-/// The storage calls a [`JournalFile`] makes. The ones that wait on the device are futures, so
-/// an async driver can let other work run meanwhile; the rest are rare (open, compaction) or
-/// cheap, and stay synchronous.
-pub trait JournalIo {
-    /// An open file.
-    type File: VfsFile;
-    /// [`crate::vfs::Vfs::open`].
-    fn open(&self, path: &str, mode: OpenMode) -> Result<Self::File, VfsError>;
-    /// [`crate::vfs::Vfs::rename`].
-    fn rename(&self, from: &str, to: &str) -> Result<(), VfsError>;
-    /// [`crate::vfs::Vfs::remove`].
-    fn remove(&self, path: &str) -> Result<(), VfsError>;
-    /// [`crate::vfs::Vfs::lock_exclusive`].
-    fn lock_exclusive(&self, path: &str) -> Result<Box<dyn VfsLock>, VfsError>;
-    /// [`VfsFile::write_at`], as a future.
-    fn write_at(
-        &self,
-        file: &Self::File,
-        offset: u64,
-        data: &[u8],
-    ) -> impl Future<Output = Result<(), VfsError>>;
-    /// [`VfsFile::sync`], as a future.
-    fn sync(&self, file: &Self::File, kind: SyncKind)
-    -> impl Future<Output = Result<(), VfsError>>;
-    /// [`crate::vfs::Vfs::sync_dir`], as a future.
-    fn sync_dir(&self, dir: &str) -> impl Future<Output = Result<(), VfsError>>;
-}
-
-/// [`JournalIo`] over any [`Vfs`]: every future is ready when it is created.
-#[derive(Clone, Debug)]
-pub struct VfsIo(pub Arc<dyn Vfs>);
-
-impl JournalIo for VfsIo {
-    type File = Box<dyn VfsFile>;
-    fn open(&self, path: &str, mode: OpenMode) -> Result<Self::File, VfsError> {
-        self.0.open(path, mode)
-    }
-    fn rename(&self, from: &str, to: &str) -> Result<(), VfsError> {
-        self.0.rename(from, to)
-    }
-    fn remove(&self, path: &str) -> Result<(), VfsError> {
-        self.0.remove(path)
-    }
-    fn lock_exclusive(&self, path: &str) -> Result<Box<dyn VfsLock>, VfsError> {
-        self.0.lock_exclusive(path)
-    }
-    fn write_at(
-        &self,
-        file: &Self::File,
-        offset: u64,
-        data: &[u8],
-    ) -> impl Future<Output = Result<(), VfsError>> {
-        std::future::ready(file.write_at(offset, data))
-    }
-    fn sync(
-        &self,
-        file: &Self::File,
-        kind: SyncKind,
-    ) -> impl Future<Output = Result<(), VfsError>> {
-        std::future::ready(file.sync(kind))
-    }
-    fn sync_dir(&self, dir: &str) -> impl Future<Output = Result<(), VfsError>> {
-        std::future::ready(self.0.sync_dir(dir))
-    }
-}
-
-/// Runs a future built only from [`VfsIo`] calls, which never suspends, to its end.
-fn complete_now<F: Future>(future: F) -> F::Output {
-    match pin!(future).poll(&mut Context::from_waker(Waker::noop())) {
-        Poll::Ready(output) => output,
-        Poll::Pending => unreachable!("VfsIo futures are ready when created"),
-    }
-}
 
 /// The most bytes one multi-op append may carry (about; the exact bound is on the batch frame
 /// it becomes, which holds each op with a 4-byte length instead of its 8-byte frame header):
@@ -112,14 +39,9 @@ pub const APPEND_BYTES_MAX: usize = frame::BODY_BYTES_MAX - 1;
 /// append does not pin its size for the writer's life. Batches up to it reuse the allocation.
 const BATCH_SCRATCH_KEEP_BYTES: usize = 4 << 20;
 
-/// The suffix of the file a compaction stages before renaming it over the journal. A stray one
-/// (a compaction that crashed before its rename) is never read, and the next compaction
-/// overwrites it.
-pub const COMPACTING_SUFFIX: &str = ".compacting";
-
 /// An open journal, held exclusively (its `<path>.lock`) until dropped.
 #[derive(Debug)]
-pub struct JournalFile<Io: JournalIo> {
+pub struct JournalFile<Io: DeviceIo> {
     io: Io,
     path: String,
     /// `None` only after a compaction renamed the new journal into place but could not open it;
@@ -165,7 +87,7 @@ pub fn check_append(bytes: &[u8]) -> Result<u64, JournalError> {
     Ok(ops)
 }
 
-impl<Io: JournalIo> JournalFile<Io> {
+impl<Io: DeviceIo> JournalFile<Io> {
     /// Opens (creating if missing) the journal at `path` for appending. Takes the advisory lock
     /// `<path>.lock` first ([`JournalError::Locked`] if another writer holds it), refuses a
     /// header of another family or version, and scans the ops: corruption followed by a valid
@@ -173,7 +95,7 @@ impl<Io: JournalIo> JournalFile<Io> {
     /// appends start at a whole op.
     pub async fn open(io: Io, path: &str) -> Result<Self, JournalError> {
         let lock_path = lock_path(path);
-        let lock = io.lock_exclusive(&lock_path).map_err(|e| match e {
+        let lock = io.vfs().lock_exclusive(&lock_path).map_err(|e| match e {
             VfsError::Locked(_) => JournalError::Locked { lock_path },
             other => JournalError::Vfs(other),
         })?;
@@ -313,15 +235,37 @@ impl<Io: JournalIo> JournalFile<Io> {
             why: why.into(),
         })?;
         let staged = format!("{}{COMPACTING_SUFFIX}", self.path);
-        if let Err(cause) = self.stage(&staged, snapshot).await {
-            let _ = self.io.remove(&staged);
-            return Err(JournalError::CompactFailed { cause });
-        }
-        if let Err(cause) = self.io.rename(&staged, &self.path) {
-            let _ = self.io.remove(&staged);
-            return Err(JournalError::CompactFailed { cause });
-        }
-        // The old handle now names the replaced file: drop it before anything can use it.
+        let header = journal_header();
+        // A snapshot of no ops is a zero-byte journal, like one never appended to.
+        let parts: &[(u64, &[u8])] = if snapshot.is_empty() {
+            &[]
+        } else {
+            &[(0, &header), (HEADER_BYTES as u64, snapshot)]
+        };
+        let replaced = replace_file(&self.io, &staged, &self.path, parts).await;
+        let dir_synced = match replaced {
+            Ok(()) => true,
+            // The rename is refused as a whole on every backend this writer runs on, so a failed
+            // one leaves the old journal, and this writer, as they were.
+            Err(error) if error.stage <= ReplaceStage::Rename => {
+                return Err(JournalError::CompactFailed { cause: error.cause });
+            }
+            Err(error) => {
+                debug_assert_eq!(error.stage, ReplaceStage::SyncDir);
+                self.adopt_compacted(snapshot.len())?;
+                self.dir_sync_pending = true;
+                return Err(JournalError::CompactNotDurable { cause: error.cause });
+            }
+        };
+        self.adopt_compacted(snapshot.len())?;
+        self.dir_sync_pending = !dir_synced;
+        tracing::info!(path = %self.path, bytes = self.clean_end, "journal compacted");
+        Ok(())
+    }
+
+    /// After a compaction's rename: the old handle names the replaced file, so it is dropped
+    /// before anything can use it, and the journal is reopened with the snapshot's shape.
+    fn adopt_compacted(&mut self, snapshot_bytes: usize) -> Result<(), JournalError> {
         self.file = None;
         match self.io.open(&self.path, OpenMode::Existing) {
             Ok(file) => self.file = Some(file),
@@ -331,34 +275,14 @@ impl<Io: JournalIo> JournalFile<Io> {
                 return Err(JournalError::NoHandle { why });
             }
         }
-        self.header_written = !snapshot.is_empty();
-        self.clean_end = if snapshot.is_empty() {
+        self.header_written = snapshot_bytes > 0;
+        self.clean_end = if snapshot_bytes == 0 {
             0
         } else {
-            (HEADER_BYTES + snapshot.len()) as u64
+            (HEADER_BYTES + snapshot_bytes) as u64
         };
         self.tail_dirty = false;
-        self.dir_sync_pending = true;
-        tracing::info!(path = %self.path, bytes = self.clean_end, "journal compacted");
-        self.io
-            .sync_dir(parent_dir(&self.path))
-            .await
-            .map_err(|cause| JournalError::CompactNotDurable { cause })?;
-        self.dir_sync_pending = false;
         Ok(())
-    }
-
-    async fn stage(&self, staged: &str, snapshot: &[u8]) -> Result<(), VfsError> {
-        let file = self.io.open(staged, OpenMode::Truncate)?;
-        if !snapshot.is_empty() {
-            self.io.write_at(&file, 0, &journal_header()).await?;
-            self.io
-                .write_at(&file, HEADER_BYTES as u64, snapshot)
-                .await?;
-        }
-        // Full, not data: the staged file is new, and its length must be durable before the
-        // rename makes it the journal.
-        self.io.sync(&file, SyncKind::Full).await
     }
 
     fn handle(&self) -> Result<(), JournalError> {
@@ -388,10 +312,10 @@ impl<Io: JournalIo> JournalFile<Io> {
     }
 }
 
-impl JournalFile<VfsIo> {
+impl JournalFile<ReadyIo> {
     /// [`JournalFile::open`] on the calling thread.
     pub fn open_blocking(vfs: Arc<dyn Vfs>, path: &str) -> Result<Self, JournalError> {
-        complete_now(JournalFile::open(VfsIo(vfs), path))
+        complete_now(JournalFile::open(ReadyIo(vfs), path))
     }
 
     /// [`JournalFile::append`] on the calling thread.

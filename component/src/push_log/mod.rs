@@ -37,14 +37,15 @@ use arrow_schema::SchemaRef;
 
 use crate::frame::{self, FrameReader, Next, ScanEnd};
 use crate::header::{Family, FileHeader, HEADER_BYTES, HeaderError};
-use crate::vfs::{OpenMode, SyncKind, Vfs, VfsError, VfsFile, VfsLock, parent_dir};
+use crate::vfs::replace::{self, ReplaceError};
+use crate::vfs::{
+    OpenMode, ReadyIo, SyncKind, Vfs, VfsError, VfsFile, VfsLock, complete_now, parent_dir,
+};
 
 /// The push-log format version this build reads and writes.
 pub const PUSH_LOG_VERSION: u16 = 1;
 
-/// The suffix of the file a compaction stages before renaming it over the log. A stray one is
-/// never read; the next compaction overwrites it.
-pub const COMPACTING_SUFFIX: &str = ".compacting";
+pub use crate::vfs::replace::COMPACTING_SUFFIX;
 
 /// Compaction writes frames of at most this many IPC bytes: one frame when the log is smaller,
 /// "fewer and larger" frames otherwise. A frame body is bounded by [`frame::BODY_BYTES_MAX`]
@@ -413,10 +414,11 @@ impl PushLog {
         let mut state = lock_state(&self.writer);
         self.ensure_open(&mut state)?;
         let bytes_before = state.clean_end;
-        let staged_path = self.compacting_path();
+        let io = ReadyIo(Arc::clone(&self.vfs));
+        let staged = replace::begin(&io, &self.compacting_path(), &self.path).map_err(cause)?;
         // Streamed: one compacted frame in memory at a time, written as it fills.
         let mut stager = Stager {
-            file: self.vfs.open(&staged_path, OpenMode::Truncate)?,
+            file: &**staged.file(),
             schema: &self.schema,
             written: 0,
             frames: 0,
@@ -434,7 +436,7 @@ impl PushLog {
         }
         scan.refuse_corruption()?;
         stager.flush()?;
-        let (staged, frames_after, bytes_after) = (stager.file, stager.frames, stager.written);
+        let (frames_after, bytes_after) = (stager.frames, stager.written);
         let report = |finished| CompactionReport {
             frames_before,
             frames_after,
@@ -446,9 +448,7 @@ impl PushLog {
         if finish == Finish::AfterStage {
             return Ok(report(finish));
         }
-        // Full: the staged file is new; its length must be durable before it becomes the log.
-        staged.sync(SyncKind::Full)?;
-        drop(staged);
+        let sealed = complete_now(staged.seal(&io)).map_err(cause)?;
         if finish == Finish::AfterStageSync {
             return Ok(report(finish));
         }
@@ -458,13 +458,13 @@ impl PushLog {
         // failed rename is not known to have left the name alone on every backend.
         state.file = None;
         state.dir_sync_pending = true;
-        self.vfs.rename(&staged_path, &self.path)?;
+        let renamed = sealed.rename(&io).map_err(cause)?;
         // Both leave the same disk state (renamed, directory not synced); the reference names
         // the two crash points separately, so both stay.
         if matches!(finish, Finish::AfterRename | Finish::BeforeDirSync) {
             return Ok(report(finish));
         }
-        self.vfs.sync_dir(parent_dir(&self.path))?;
+        complete_now(renamed.sync_dir(&io)).map_err(cause)?;
         state.dir_sync_pending = false;
         tracing::info!(
             path = %self.path,
@@ -513,7 +513,7 @@ impl PushLog {
 /// Writes a compaction's frames to the staged file, merging batches up to
 /// [`COMPACTED_FRAME_BYTES_TARGET`] per frame.
 struct Stager<'a> {
-    file: Box<dyn VfsFile>,
+    file: &'a dyn VfsFile,
     schema: &'a SchemaRef,
     /// Bytes written so far (the header goes out with the first frame).
     written: u64,
@@ -615,4 +615,9 @@ pub(crate) fn scan_frames(
             Next::End(end) => return Ok(end),
         }
     }
+}
+
+/// A replacement step's error, as the push log reports it: the storage error of that step.
+fn cause(error: ReplaceError) -> PushLogError {
+    PushLogError::from(error.cause)
 }

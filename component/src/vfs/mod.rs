@@ -8,9 +8,14 @@
 //! What this module promises: the traits say nothing about durability beyond what
 //! [`VfsFile::sync`] and [`Vfs::sync_dir`] document; the engine alone decides when to call them.
 
+pub mod io;
 mod mem;
 pub mod path;
+pub mod replace;
 
+pub use io::{
+    DeviceIo, FileIo, INLINE_WRITE_BYTES_MAX, ReadyIo, ZERO_BLOCK_BYTES, complete_now, write_zeros,
+};
 pub use mem::MemVfs;
 
 use std::fmt;

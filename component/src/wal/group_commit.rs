@@ -164,6 +164,30 @@ pub struct Leadership {
     pub gather: bool,
 }
 
+/// How many gathering rounds a leader makes at most ([`GroupCommit::keep_gathering`] stops it
+/// sooner, at the first round that brings no record while nobody of the last group is still
+/// on the way out). A round is a yield: to the scheduler under the thread driver (about a
+/// microsecond when nothing else is runnable), to the host's event loop in the component,
+/// which starts every call that is ready. The bound caps the delay a gathering leader adds
+/// while records keep trickling in, against the 100+ µs sync it amortizes. One bound for
+/// every driver; chosen, not tuned.
+pub const GATHER_ROUNDS_MAX: usize = 32;
+
+/// How concurrent callers reach the core, which decides when a new leader gathers.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Arrivals {
+    /// Callers run in parallel (threads): whoever was going to stage has staged when a leader
+    /// claims, so a leader gathers only after a hand-off or while the last group's callers are
+    /// leaving; a lone writer never yields.
+    #[default]
+    Parallel,
+    /// Callers enter one at a time, one per turn of an event loop (calls into a component
+    /// instance): calls the host starts together have not staged yet when the first of them
+    /// claims, so every leader gathers, or it would lead a group of one. A quiet round costs a
+    /// turn of the host's loop.
+    OnePerTurn,
+}
+
 /// What the leader does after a group completes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[must_use]
@@ -209,6 +233,7 @@ pub struct GroupCommit {
     failure: Option<VfsError>,
     leader: bool,
     handed_off: bool,
+    arrivals: Arrivals,
     /// Targets of the durable waiters currently inside a call, with their counts. It answers
     /// two questions exactly: does anyone wait on pending records (hand off), and how many
     /// waiters whose records are durable have not left yet (gather until they have).
@@ -237,6 +262,7 @@ impl GroupCommit {
             failure: None,
             leader: false,
             handed_off: false,
+            arrivals: Arrivals::Parallel,
             waiters: BTreeMap::new(),
             retained: VecDeque::new(),
             retained_bytes: 0,
@@ -271,6 +297,12 @@ impl GroupCommit {
     /// The group bound in effect.
     pub fn max_group_bytes(&self) -> usize {
         self.max_group_bytes
+    }
+
+    /// Says how callers reach this core (default [`Arrivals::Parallel`]): a driver whose
+    /// callers enter one per turn of an event loop sets [`Arrivals::OnePerTurn`].
+    pub fn set_arrivals(&mut self, arrivals: Arrivals) {
+        self.arrivals = arrivals;
     }
 
     /// Counts a sync issued outside groups (the creation sync, a directory sync).
@@ -385,13 +417,13 @@ impl GroupCommit {
             .is_some_and(|(target, _)| *target > self.durable_end)
     }
 
-    /// One gathering round ended, with `pending_records()` at `pending_before` when it began
-    /// and `departing` callers of the last group still on their way out (see
+    /// Gathering round `round` (from 0) ended, with `pending_records()` at `pending_before`
+    /// when it began and `departing` callers of the last group still on their way out (see
     /// [`Self::departing_waiters`]). Keep gathering while any are, or while the round brought
-    /// new records; stop at the first quiet round. The driver bounds the number of rounds; this
-    /// rule never involves a clock.
-    pub fn keep_gathering(&self, departing: usize, pending_before: u64) -> bool {
-        departing > 0 || self.pending_records > pending_before
+    /// new records, for at most [`GATHER_ROUNDS_MAX`] rounds; stop at the first quiet round.
+    /// No clock is involved.
+    pub fn keep_gathering(&self, round: usize, departing: usize, pending_before: u64) -> bool {
+        round + 1 < GATHER_ROUNDS_MAX && (departing > 0 || self.pending_records > pending_before)
     }
 
     /// Where a caller waiting for `target` (exclusive) stands.
@@ -418,7 +450,7 @@ impl GroupCommit {
         // by a group of one: the first of its callers back would lead alone while the others
         // were still on their way. Measured: 16 threads alternated groups of 16 and of 1.
         Some(Leadership {
-            gather: handed_off || departing > 0,
+            gather: handed_off || departing > 0 || self.arrivals == Arrivals::OnePerTurn,
         })
     }
 
@@ -518,6 +550,11 @@ impl GroupCommit {
                     .max(group.zero_fill.end);
                 if group.starts_segment {
                     self.stats.segments_started += 1;
+                    if group.sync.is_some() {
+                        // The executor synced the directory after the group: counted here, on
+                        // success only, so every driver counts the same.
+                        self.stats.dir_syncs += 1;
+                    }
                 }
                 self.stats.groups += 1;
                 self.stats.records += group.records;
@@ -757,14 +794,14 @@ mod tests {
             1,
             "the first group's caller has not left yet"
         );
-        assert!(c.keep_gathering(c.departing_waiters(), 1));
+        assert!(c.keep_gathering(0, c.departing_waiters(), 1));
         c.deregister_durable_wait(LogSeq(11));
         assert!(
-            !c.keep_gathering(c.departing_waiters(), 1),
+            !c.keep_gathering(0, c.departing_waiters(), 1),
             "a quiet round with nobody departing ends gathering"
         );
         assert!(
-            c.keep_gathering(c.departing_waiters(), 0),
+            c.keep_gathering(0, c.departing_waiters(), 0),
             "a round that brought records continues"
         );
         assert_eq!(
@@ -800,6 +837,52 @@ mod tests {
             Some(Leadership { gather: false }),
             "lone writer"
         );
+    }
+
+    #[test]
+    fn gathering_stops_at_the_round_bound_even_while_records_arrive() {
+        let mut c = core();
+        c.stage(&[(1, b"a")]).unwrap();
+        assert!(c.keep_gathering(0, 0, 0), "a round that brought records");
+        assert!(c.keep_gathering(GATHER_ROUNDS_MAX - 2, 1, 0));
+        assert!(
+            !c.keep_gathering(GATHER_ROUNDS_MAX - 1, 1, 0),
+            "the last round ends gathering whatever it brought"
+        );
+    }
+
+    #[test]
+    fn one_per_turn_arrivals_gather_even_for_a_lone_writer() {
+        let mut c = core();
+        c.set_arrivals(Arrivals::OnePerTurn);
+        c.stage(&[(1, b"a")]).unwrap();
+        assert_eq!(
+            c.claim_leadership(c.departing_waiters()),
+            Some(Leadership { gather: true })
+        );
+    }
+
+    #[test]
+    fn a_rotations_directory_sync_is_counted_only_when_its_group_succeeds() {
+        let options = WalOptions {
+            segment_bytes: Some(64 << 10),
+            ..WalOptions::single_file(DurabilityPolicy::FullSync)
+        };
+        let full = (64 << 10) - 4;
+        let mut ok = GroupCommit::new(&options, LogSeq(0), full);
+        ok.stage(&[(1, b"a")]).unwrap();
+        let _lead = ok.claim_leadership(0).unwrap();
+        let g = ok.poll_group().unwrap();
+        assert!(g.starts_segment);
+        ok.handle_group_done(&g, Ok(()));
+        assert_eq!((ok.stats().syncs, ok.stats().dir_syncs), (1, 1));
+
+        let mut failed = GroupCommit::new(&options, LogSeq(0), full);
+        failed.stage(&[(1, b"a")]).unwrap();
+        let _lead = failed.claim_leadership(0).unwrap();
+        let g = failed.poll_group().unwrap();
+        failed.handle_group_done(&g, Err(VfsError::Io("dir sync failed".into())));
+        assert_eq!((failed.stats().syncs, failed.stats().dir_syncs), (0, 0));
     }
 
     #[test]

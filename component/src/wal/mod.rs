@@ -2,7 +2,8 @@
 //!
 //! What it owns: the WAL file format ([`record`], on top of [`crate::frame`] and
 //! [`crate::header`]), segments ([`segment`]), recovery ([`mod@replay`]), the group-commit
-//! state machine ([`group_commit::GroupCommit`], sans-I/O) and the thread driver
+//! state machine ([`group_commit::GroupCommit`], sans-I/O), the one implementation of
+//! carrying out its groups ([`executor`], over [`crate::vfs::FileIo`]) and the thread driver
 //! ([`WalWriter`]).
 //!
 //! What it promises, in one place (the method docs repeat the part that concerns them):
@@ -34,6 +35,7 @@
 //! directory of preallocated segment files of that layout ([`segment`]), with rotation,
 //! checkpoint and truncation. `docs/FORMAT.md` has the byte-level description.
 
+pub mod executor;
 pub mod follow;
 pub mod group_commit;
 pub mod lock;
@@ -49,11 +51,9 @@ pub use follow::WalFollower;
 pub use record::RecordRef;
 pub use replay::{READ_BATCH_RECORDS_MAX, Recovery, RecoveryEnd, WalReader, replay};
 pub use segment::WalTruncation;
-#[cfg(all(target_arch = "wasm32", feature = "component-async"))]
-pub(crate) use writer::zero_range;
 pub use writer::{
     SegmentedSetup, SetupMode, SingleFileLock, VisibleRecord, WalRetirement, WalWriter,
-    WalWriterStats, lock_single_file, setup_log, setup_segments, start_segment,
+    WalWriterStats, lock_single_file, setup_log, setup_segments,
 };
 
 use crate::vfs::SyncKind;

@@ -31,7 +31,8 @@
 //!   any crash it holds the old or the new seq, never a torn one.
 
 use crate::header::{Family, FileHeader, HEADER_BYTES};
-use crate::vfs::{OpenMode, SyncKind, Vfs, VfsError, VfsFile};
+use crate::vfs::replace::replace_file;
+use crate::vfs::{OpenMode, ReadyIo, Vfs, VfsError, VfsFile, complete_now};
 
 use super::record::RecordRef;
 use super::replay::{RecordScan, Recovery, RecoveryEnd};
@@ -128,18 +129,20 @@ pub fn write_checkpoint(
     dir: &str,
     absorbed_through: LogSeq,
 ) -> Result<(), VfsError> {
-    let staging = join(dir, CHECKPOINT_STAGING_FILE);
-    let file = vfs.open(&staging, OpenMode::Truncate)?;
     let header = FileHeader {
         family: Family::WalCheckpoint,
         version: CHECKPOINT_VERSION,
         family_word: absorbed_through.0,
     };
-    file.write_at(0, &header.encode())?;
-    file.sync(SyncKind::Full)?;
-    drop(file);
-    vfs.rename(&staging, &join(dir, CHECKPOINT_FILE))?;
-    vfs.sync_dir(dir)
+    let staging = join(dir, CHECKPOINT_STAGING_FILE);
+    let target = join(dir, CHECKPOINT_FILE);
+    complete_now(replace_file(
+        &ReadyIo(vfs),
+        &staging,
+        &target,
+        &[(0, &header.encode())],
+    ))
+    .map_err(|error| error.cause)
 }
 
 /// How one segment's valid records end.

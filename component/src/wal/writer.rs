@@ -7,14 +7,18 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::thread::{self, Thread};
 
 use crate::header::{Family, FileHeader, HEADER_BYTES};
-use crate::vfs::{OpenMode, Vfs, VfsError, VfsFile, VfsLock, parent_dir};
+use crate::vfs::{
+    DeviceIo, OpenMode, ReadyIo, Vfs, VfsError, VfsFile, VfsLock, complete_now, parent_dir,
+    write_zeros,
+};
 
+use super::executor::{SegmentSite, start_segment, write_group, write_segmented_group};
 use super::group_commit::{Group, GroupCommit, LeaderStep, Leadership, WaitState};
 use super::lock::lock_writer;
 use super::replay::{Recovery, RecoveryEnd, replay};
 use super::segment::{
     self, SEGMENT_BYTES_MIN, SegmentEnd, SegmentRetention, SegmentedRecovery, WalTruncation, join,
-    segment_file_name, segment_path,
+    segment_file_name,
 };
 use super::{
     DurabilityPolicy, LogSeq, WAL_VERSION, WalOpenError, WalOptions, WalRetentionError,
@@ -60,10 +64,11 @@ pub fn lock_single_file(
     lock_writer(vfs, path, false).map(|held| SingleFileLock { _held: held })
 }
 
-/// Prepares `file`, opened at `path` in `vfs` after `lock` was taken, for appending, and returns
-/// the group-commit core that continues it. Every driver (the thread driver here, the
+/// Prepares `file`, opened at `path` through `io` after `lock` was taken, for appending, and
+/// returns the group-commit core that continues it. Every driver (the thread driver here, the
 /// component's async driver) starts a log through this one function, so creation and recovery
-/// behave the same in all. The caller holds `lock` as long as the core is used.
+/// behave the same in all; its syncs are `io`'s futures, so an async driver's open suspends on
+/// them as its groups do. The caller holds `lock` as long as the core is used.
 ///
 /// A new log gets its header; under `FullSync` and `Barrier` the header is synced and then the
 /// parent directory, so the empty log and its first seq survive power loss from here on. A torn
@@ -75,11 +80,11 @@ pub fn lock_single_file(
 /// # Errors
 /// [`WalOpenError::NotEmpty`] when creating over bytes; replay's errors when recovering (the
 /// file is then not modified); Vfs errors.
-pub fn setup_log(
-    vfs: &dyn Vfs,
+pub async fn setup_log<Io: DeviceIo>(
+    io: &Io,
     path: &str,
     _lock: &SingleFileLock,
-    file: &dyn VfsFile,
+    file: &Io::File,
     options: WalOptions,
     mode: SetupMode,
 ) -> Result<(GroupCommit, Recovery), WalOpenError> {
@@ -110,14 +115,14 @@ pub fn setup_log(
                 version: WAL_VERSION,
                 family_word: options.first_seq.0,
             };
-            file.write_at(0, &header.encode())?;
+            io.write_at(file, 0, &header.encode()).await?;
             let mut core = GroupCommit::new(&options, options.first_seq, HEADER_BYTES as u64);
             if let Some(kind) = sync {
                 // The header carries first_seq; syncing it now means a crash before the first
                 // group still reopens at the right seq. The directory sync makes the new file's
                 // name durable: without it a power loss can drop the file and every record in it.
-                file.sync(kind)?;
-                vfs.sync_dir(parent_dir(path))?;
+                io.sync(file, kind).await?;
+                io.sync_dir(parent_dir(path)).await?;
                 core.count_setup_syncs(1, 1);
             }
             core
@@ -130,12 +135,12 @@ pub fn setup_log(
                 // we append later.
                 file.set_len(recovery.valid_end)?;
                 if let Some(kind) = sync {
-                    file.sync(kind)?;
+                    io.sync(file, kind).await?;
                     core.count_setup_syncs(1, 0);
                 }
             }
             if sync.is_some() {
-                vfs.sync_dir(parent_dir(path))?;
+                io.sync_dir(parent_dir(path)).await?;
                 core.count_setup_syncs(0, 1);
             }
             core
@@ -144,15 +149,16 @@ pub fn setup_log(
     Ok((core, recovery))
 }
 
-/// What [`setup_segments`] hands a driver of a segmented log.
+/// What [`setup_segments`] hands a driver of a segmented log, with the current segment open
+/// as the file type of the driver's I/O.
 #[derive(Debug)]
-pub struct SegmentedSetup {
+pub struct SegmentedSetup<F = Box<dyn VfsFile>> {
     /// The group-commit core, continuing after the last recovered record.
     pub core: GroupCommit,
     /// What recovery found.
     pub recovery: SegmentedRecovery,
     /// The segment that groups are appended to.
-    pub current: Box<dyn VfsFile>,
+    pub current: F,
     /// First seqs of the live segments, `current`'s last.
     pub live: Vec<LogSeq>,
     /// The segment size in effect.
@@ -160,39 +166,6 @@ pub struct SegmentedSetup {
     /// The writer lock (`<dir>/LOCK`), taken before recovery read anything. Whoever drives the
     /// core holds it until the writer is dropped.
     pub lock: Box<dyn VfsLock>,
-}
-
-/// Bytes zeroed per write when a torn tail is cleared: bounds the buffer, not the range.
-const ZERO_CHUNK_BYTES: u64 = 1 << 20;
-
-/// Zeroes `[from, to)` of `file`: how a segment's torn tail is cleared (cutting the file would
-/// undo its preallocation), and how a group's zero fill is written.
-pub(crate) fn zero_range(file: &dyn VfsFile, from: u64, to: u64) -> Result<(), VfsError> {
-    let zeros = vec![0u8; ZERO_CHUNK_BYTES.min(to.saturating_sub(from)) as usize];
-    let mut at = from;
-    while at < to {
-        let n = (to - at).min(zeros.len() as u64) as usize;
-        file.write_at(at, &zeros[..n])?;
-        at += n as u64;
-    }
-    Ok(())
-}
-
-/// Creates the segment whose first record will be `first_seq` ([`segment::prepare_segment`]),
-/// unsynced: its caller syncs the file and then the directory before acknowledging anything in
-/// it.
-///
-/// `Truncate`, not `CreateNew`: a file already at this name can only be the residue of a
-/// rotation that crashed before its syncs returned.
-pub fn start_segment(
-    vfs: &dyn Vfs,
-    dir: &str,
-    first_seq: LogSeq,
-    segment_bytes: u64,
-) -> Result<Box<dyn VfsFile>, VfsError> {
-    let file = vfs.open(&segment_path(dir, first_seq), OpenMode::Truncate)?;
-    segment::prepare_segment(&*file, first_seq, segment_bytes)?;
-    Ok(file)
 }
 
 /// [`setup_log`] for a segmented log in directory `dir` (created if missing), with
@@ -212,12 +185,13 @@ pub fn start_segment(
 /// [`WalOpenError::SingleFileLog`] if `dir` is a file; [`WalOpenError::SegmentTooSmall`];
 /// [`WalOpenError::Locked`] if another writer holds the log; [`WalOpenError::NotEmpty`] when
 /// creating over segments; recovery's errors; Vfs errors.
-pub fn setup_segments(
-    vfs: &dyn Vfs,
+pub async fn setup_segments<Io: DeviceIo>(
+    io: &Io,
     dir: &str,
     options: WalOptions,
     mode: SetupMode,
-) -> Result<SegmentedSetup, WalOpenError> {
+) -> Result<SegmentedSetup<Io::File>, WalOpenError> {
+    let vfs = io.vfs();
     let segment_bytes = options
         .segment_bytes
         .unwrap_or(segment::SEGMENT_BYTES_DEFAULT);
@@ -256,11 +230,11 @@ pub fn setup_segments(
     let (current, core) = match recovery.usable_segments().last() {
         None => {
             let first_seq = recovery.recovery.first_seq;
-            let file = start_segment(vfs, dir, first_seq, segment_bytes)?;
+            let file = start_segment(io, dir, first_seq, segment_bytes)?;
             if let Some(kind) = sync {
                 // The empty log and its first seq survive power loss once the names below are
                 // durable too.
-                file.sync(kind)?;
+                io.sync(&file, kind).await?;
                 file_syncs += 1;
             }
             live.push(first_seq);
@@ -269,13 +243,14 @@ pub fn setup_segments(
         }
         Some(last) => {
             let path = join(dir, &segment_file_name(last.first_seq));
-            let file = vfs.open(&path, OpenMode::Existing)?;
+            let file = io.open(&path, OpenMode::Existing)?;
             if let SegmentEnd::TornTail { dirty_end } = last.end {
                 // The cleared tail must be durable before anything is appended after it, or a
-                // crash could bring the torn bytes back behind new records.
-                zero_range(&*file, last.valid_end, dirty_end)?;
+                // crash could bring the torn bytes back behind new records. Zeroed, not cut:
+                // cutting would undo the preallocation.
+                write_zeros(io, &file, last.valid_end, dirty_end).await?;
                 if let Some(kind) = sync {
-                    file.sync(kind)?;
+                    io.sync(&file, kind).await?;
                     file_syncs += 1;
                 }
             }
@@ -287,10 +262,10 @@ pub fn setup_segments(
         // The segments' names, and the directory's own entry in its parent (it may be new, or
         // an earlier creator's sync of it may have failed): without them a power loss could
         // drop a segment, or the directory with every segment in it.
-        vfs.sync_dir(dir)?;
+        io.sync_dir(dir).await?;
         dir_syncs += 1;
         if !dir.is_empty() {
-            vfs.sync_dir(parent_dir(dir))?;
+            io.sync_dir(parent_dir(dir)).await?;
             dir_syncs += 1;
         }
     }
@@ -313,14 +288,6 @@ pub fn setup_segments(
         lock,
     })
 }
-
-/// How many times at most a gathering leader ([`Leadership::gather`]) yields, once the previous
-/// group's callers have left, so that they can commit again; [`GroupCommit::keep_gathering`]
-/// stops it at the first round that brings no record. It bounds the delay a gathering leader
-/// adds (a yield costs about a microsecond when nothing else is runnable, against 100+ µs for
-/// the sync it amortizes), and it never applies to a lone writer, which is never handed
-/// leadership. Chosen, not tuned.
-pub const GATHER_ROUNDS_MAX: usize = 8;
 
 /// WAL writer, over one file or a directory of segments, using caller threads as leader and
 /// followers.
@@ -356,7 +323,7 @@ pub struct WalWriter {
     gatherer: Mutex<Option<Thread>>,
     /// Where a multi-batch group is assembled for one write. Only the leader touches it, so it
     /// is never contended; the mutex only proves that to the compiler.
-    group_buf: Mutex<Vec<u8>>,
+    group_scratch: Mutex<Vec<u8>>,
     /// The writer lock ([`super::lock`]). Declared last, so that it is released only after the
     /// files above are closed.
     _lock: Box<dyn VfsLock>,
@@ -372,7 +339,7 @@ enum Storage {
 
 #[derive(Debug)]
 struct Segments {
-    vfs: Arc<dyn Vfs>,
+    io: ReadyIo,
     dir: String,
     segment_bytes: u64,
     /// The segment that groups go to. Only the leader locks it, for a whole group write
@@ -430,6 +397,10 @@ impl WakeSlot {
 
     /// Sleeps until a verdict is set. `park` may return spuriously or for an earlier `unpark`,
     /// hence the loop.
+    #[expect(
+        clippy::disallowed_methods,
+        reason = "the thread driver parks its waiters"
+    )]
     fn wait(&self) -> Verdict {
         loop {
             match self.verdict.load(Ordering::Acquire) {
@@ -516,8 +487,9 @@ impl WalWriter {
         mode: SetupMode,
     ) -> Result<(Self, Recovery), WalOpenError> {
         let lock = lock_single_file(vfs, path, &options)?;
-        let file = vfs.open(path, OpenMode::Create)?;
-        let (core, recovery) = setup_log(vfs, path, &lock, &*file, options, mode)?;
+        let io = ReadyIo(vfs);
+        let file = io.open(path, OpenMode::Create)?;
+        let (core, recovery) = complete_now(setup_log(&io, path, &lock, &file, options, mode))?;
         Ok((
             Self::from_parts(Storage::SingleFile(file), core, Box::new(lock)),
             recovery,
@@ -574,8 +546,9 @@ impl WalWriter {
         dir: &str,
         options: WalOptions,
     ) -> Result<Self, WalOpenError> {
-        let setup = setup_segments(&*vfs, dir, options, SetupMode::Create)?;
-        Ok(Self::from_segmented(vfs, dir, setup))
+        let io = ReadyIo(vfs);
+        let setup = complete_now(setup_segments(&io, dir, options, SetupMode::Create))?;
+        Ok(Self::from_segmented(io, dir, setup))
     }
 
     /// Recovers the segmented log in `dir` (a missing or empty directory becomes a new log at
@@ -601,15 +574,16 @@ impl WalWriter {
         dir: &str,
         options: WalOptions,
     ) -> Result<(Self, SegmentedRecovery), WalOpenError> {
-        let setup = setup_segments(&*vfs, dir, options, SetupMode::Open)?;
+        let io = ReadyIo(vfs);
+        let setup = complete_now(setup_segments(&io, dir, options, SetupMode::Open))?;
         let recovery = setup.recovery.clone();
-        Ok((Self::from_segmented(vfs, dir, setup), recovery))
+        Ok((Self::from_segmented(io, dir, setup), recovery))
     }
 
-    fn from_segmented(vfs: Arc<dyn Vfs>, dir: &str, setup: SegmentedSetup) -> Self {
+    fn from_segmented(io: ReadyIo, dir: &str, setup: SegmentedSetup) -> Self {
         let lock = setup.lock;
         let storage = Storage::Segments(Segments {
-            vfs,
+            io,
             dir: dir.to_owned(),
             segment_bytes: setup.segment_bytes,
             current: Mutex::new(setup.current),
@@ -628,7 +602,7 @@ impl WalWriter {
             parked: Mutex::new(Vec::new()),
             departing: AtomicUsize::new(0),
             gatherer: Mutex::new(None),
-            group_buf: Mutex::new(Vec::new()),
+            group_scratch: Mutex::new(Vec::new()),
             _lock: lock,
         }
     }
@@ -796,6 +770,10 @@ impl WalWriter {
     }
 
     /// Sleeps, without the lock, until every waiter woken with its verdict has left.
+    #[expect(
+        clippy::disallowed_methods,
+        reason = "the thread driver parks its gathering leader"
+    )]
     fn wait_for_departures<'a>(
         &'a self,
         mut core: MutexGuard<'a, GroupCommit>,
@@ -868,6 +846,11 @@ impl WalWriter {
 
     /// Leads until the core says to stop: writes one group at a time, outside the lock, and
     /// wakes the settled waiters after each.
+    #[expect(
+        clippy::disallowed_methods,
+        clippy::disallowed_types,
+        reason = "the thread driver yields to gather, and times groups for tracing"
+    )]
     fn lead<'a>(
         &'a self,
         mut core: MutexGuard<'a, GroupCommit>,
@@ -878,12 +861,12 @@ impl WalWriter {
             // bounded by their count, not by time. Yielding instead would spin a core that, on a
             // small machine, those very callers need.
             core = self.wait_for_departures(core);
-            for _ in 0..GATHER_ROUNDS_MAX {
+            for round in 0.. {
                 let before = core.pending_records();
                 drop(core);
                 thread::yield_now();
                 core = lock(&self.core);
-                if !core.keep_gathering(self.departing_count(&core), before) {
+                if !core.keep_gathering(round, self.departing_count(&core), before) {
                     break;
                 }
             }
@@ -901,9 +884,6 @@ impl WalWriter {
                 trace_group(&group, started.elapsed(), &result);
             }
             core = lock(&self.core);
-            if result.is_ok() && group.starts_segment && group.sync.is_some() {
-                core.count_setup_syncs(0, 1);
-            }
             core.handle_group_done(&group, result);
             let step = core.poll_leader_step();
             core = self.wake_settled(core, step);
@@ -913,49 +893,33 @@ impl WalWriter {
         }
     }
 
+    /// Carries out `group` through the one executor ([`super::executor`]), whose futures are
+    /// ready at once over [`ReadyIo`].
     fn write_group(&self, group: &Group) -> Result<(), VfsError> {
+        let mut scratch = lock(&self.group_scratch);
         match &self.storage {
-            Storage::SingleFile(file) => self.write_group_to(&**file, group),
+            Storage::SingleFile(file) => {
+                complete_now(write_group(&ReadyIo(()), file, group, &mut scratch))
+            }
             Storage::Segments(segments) => {
                 let mut current = lock(&segments.current);
-                if group.starts_segment {
-                    tracing::debug!(dir = %segments.dir, first_seq = group.seqs.start.0, "wal segment started");
-                    // The old segment needs no sync here: under a syncing policy its last group
-                    // was synced before this group was polled.
-                    *current = start_segment(
-                        &*segments.vfs,
-                        &segments.dir,
-                        group.seqs.start,
-                        segments.segment_bytes,
-                    )?;
+                let site = SegmentSite {
+                    dir: &segments.dir,
+                    segment_bytes: segments.segment_bytes,
+                };
+                let written = complete_now(write_segmented_group(
+                    &segments.io,
+                    &current,
+                    site,
+                    group,
+                    &mut scratch,
+                ));
+                if let Some(started) = written.started {
+                    *current = started;
                     lock(&segments.retention).live.push(group.seqs.start);
                 }
-                self.write_group_to(&**current, group)?;
-                if group.starts_segment && group.sync.is_some() {
-                    // The group's sync made the header, the size and the records durable; this
-                    // makes the new name durable, before any of them is acknowledged.
-                    segments.vfs.sync_dir(&segments.dir)?;
-                }
-                Ok(())
+                written.result
             }
-        }
-    }
-
-    fn write_group_to(&self, file: &dyn VfsFile, group: &Group) -> Result<(), VfsError> {
-        if let [only] = group.chunks.as_slice() {
-            file.write_at(group.offset, only)?;
-        } else {
-            let mut buf = lock(&self.group_buf);
-            buf.clear();
-            for chunk in &group.chunks {
-                buf.extend_from_slice(chunk);
-            }
-            file.write_at(group.offset, &buf)?;
-        }
-        zero_range(file, group.zero_fill.start, group.zero_fill.end)?;
-        match group.sync {
-            Some(kind) => file.sync(kind),
-            None => Ok(()),
         }
     }
 
@@ -980,7 +944,7 @@ impl WalWriter {
         };
         let durable_end = self.durable_end();
         let done = lock(&segments.retention).checkpoint(
-            &*segments.vfs,
+            segments.io.vfs(),
             &segments.dir,
             absorbed_through,
             durable_end,
@@ -1005,8 +969,11 @@ impl WalWriter {
         let Storage::Segments(segments) = &self.storage else {
             return Err(WalRetentionError::NotSegmented);
         };
-        let truncation =
-            lock(&segments.retention).truncate_through(&*segments.vfs, &segments.dir, through)?;
+        let truncation = lock(&segments.retention).truncate_through(
+            segments.io.vfs(),
+            &segments.dir,
+            through,
+        )?;
         tracing::info!(
             dir = %segments.dir,
             through = through.0,
