@@ -25,7 +25,7 @@ macro_rules! wal_conversions {
                     DurabilityPolicy::Skip => wit::DurabilityPolicy::Skip,
                 },
                 first_seq: o.first_seq.0,
-                max_group_bytes: o.max_group_bytes.map(|b| b as u64),
+                group_bytes_max: o.group_bytes_max.map(|b| b as u64),
                 retained_bytes_max: o.retained_bytes_max as u64,
                 segment_bytes: o.segment_bytes,
             }
@@ -123,13 +123,13 @@ macro_rules! wal_conversions {
                 }
                 .into(),
                 E::GroupTooLarge(s) => WalWriteError::GroupTooLarge {
-                    encoded_bytes: usize_of(s.actual),
-                    max_group_bytes: usize_of(s.limit),
+                    bytes: usize_of(s.bytes),
+                    bytes_max: usize_of(s.bytes_max),
                 }
                 .into(),
                 E::PayloadTooLarge(s) => WalWriteError::PayloadTooLarge {
-                    payload_bytes: usize_of(s.actual),
-                    payload_bytes_max: usize_of(s.limit),
+                    bytes: usize_of(s.bytes),
+                    bytes_max: usize_of(s.bytes_max),
                 }
                 .into(),
                 E::RetentionFull(r) => WalWriteError::RetentionFull {
@@ -177,8 +177,8 @@ macro_rules! wal_conversions {
                 .into(),
                 E::BadCheckpoint(h) => WalOpenError::BadCheckpoint(from_wit_header(h)).into(),
                 E::SegmentTooSmall(s) => WalOpenError::SegmentTooSmall {
-                    segment_bytes: s.actual,
-                    segment_bytes_min: s.limit,
+                    bytes: s.bytes,
+                    bytes_min: s.bytes_min,
                 }
                 .into(),
                 E::SingleFileLog(path) => WalOpenError::SingleFileLog { path }.into(),
@@ -280,8 +280,8 @@ macro_rules! journal_conversions {
                     rolled_back: f.rolled_back,
                 },
                 E::AppendTooLarge(s) => JournalError::AppendTooLarge {
-                    bytes: usize::try_from(s.actual).unwrap_or(usize::MAX),
-                    max: usize::try_from(s.limit).unwrap_or(usize::MAX),
+                    bytes: usize::try_from(s.bytes).unwrap_or(usize::MAX),
+                    bytes_max: usize::try_from(s.bytes_max).unwrap_or(usize::MAX),
                 },
                 E::CompactFailed(cause) => JournalError::CompactFailed {
                     cause: from_wit(cause),

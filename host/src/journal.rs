@@ -21,7 +21,7 @@ use wasmtime::component::ResourceAny;
 use crate::bindings;
 use crate::bindings::engine_async as bindings_async;
 use crate::convert::{async_journal, plain_journal};
-use crate::runtime::{GuestState, Runtime, SandboxLimits, trap_error};
+use crate::runtime::{GuestState, Runtime, SandboxLimits, StickyFailure, trap_error};
 use crate::{Mode, SandboxError};
 
 /// Any error a [`Journal`] call can return: the engine's, in every mode, plus what only the
@@ -174,9 +174,9 @@ pub(crate) struct GuestJournal {
     store: Store<GuestState>,
     instance: GuestInstance,
     writer: ResourceAny,
-    /// Set by the first trap: the instance's state is then unknown, so every later call is
-    /// refused with the same message.
-    trapped: Option<SandboxError>,
+    /// The first trap: the instance's state is then unknown, so every later call is refused
+    /// with it.
+    trapped: StickyFailure,
 }
 
 // Both variants live in the boxed `GuestJournal`, so their size difference costs nothing.
@@ -225,7 +225,7 @@ impl HostJournal {
                 store,
                 instance: GuestInstance::Async(engine),
                 writer,
-                trapped: None,
+                trapped: StickyFailure::default(),
             }
         } else {
             let (mut store, engine) = runtime.instantiate(vfs, limits)?;
@@ -239,7 +239,7 @@ impl HostJournal {
                 store,
                 instance: GuestInstance::Plain(engine),
                 writer,
-                trapped: None,
+                trapped: StickyFailure::default(),
             }
         };
         Ok(HostJournal::Sandboxed(Box::new(guest)))
@@ -249,17 +249,25 @@ impl HostJournal {
 impl GuestJournal {
     /// Makes one call in the instance, turning a trap into a sticky [`SandboxError`].
     fn call(&mut self, call: Call<'_>) -> Result<u64, JournalError> {
-        if let Some(error) = &self.trapped {
-            return Err(error.clone().into());
-        }
-        self.store.data_mut().touch();
-        let writer = self.writer;
-        let answer: Result<Result<u64, stele::journal::JournalError>, SandboxError> = match &self
-            .instance
-        {
+        let (store, instance, writer) = (&mut self.store, &self.instance, self.writer);
+        let answer = self.trapped.run(|| {
+            store.data_mut().touch();
+            Self::call_in(store, instance, writer, call)
+        })?;
+        Ok(answer?)
+    }
+
+    /// One call into `instance`; the outer `Err` is a trap.
+    fn call_in(
+        store: &mut Store<GuestState>,
+        instance: &GuestInstance,
+        writer: ResourceAny,
+        call: Call<'_>,
+    ) -> Result<Result<u64, stele::journal::JournalError>, SandboxError> {
+        match instance {
             GuestInstance::Async(engine) => {
                 let api = engine.stele_log_journal_async().writer();
-                let answer = futures::executor::block_on(self.store.run_concurrent(async |acc| {
+                let answer = futures::executor::block_on(store.run_concurrent(async |acc| {
                     match call {
                         Call::Append(frames) => api
                             .call_append(acc, writer, frames.to_vec())
@@ -276,7 +284,6 @@ impl GuestJournal {
             }
             GuestInstance::Plain(engine) => {
                 let api = engine.stele_log_journal().writer();
-                let store = &mut self.store;
                 let answer = match call {
                     Call::Append(frames) => api
                         .call_append(store, writer, frames)
@@ -289,13 +296,6 @@ impl GuestJournal {
                 answer
                     .map(|r| r.map_err(plain_journal::from_wit_journal_error))
                     .map_err(trap_error)
-            }
-        };
-        match answer {
-            Ok(result) => Ok(result?),
-            Err(error) => {
-                self.trapped = Some(error.clone());
-                Err(error.into())
             }
         }
     }

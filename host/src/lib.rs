@@ -140,6 +140,15 @@ pub enum SandboxError {
     /// host and other instances are unaffected.
     #[error("the Stele component trapped; this instance is unusable: {0}")]
     Trapped(String),
+    /// The component broke its interface's contract in a way wasmtime cannot see (it answered
+    /// a different number of outcomes than it was given batches, say): it is not Stele's
+    /// engine, or it is broken. Its state is unknown, so the instance refuses every later call.
+    #[error("the Stele component broke its interface's contract; this instance is unusable: {0}")]
+    BrokenContract(String),
+    /// Host code serving the call panicked (a blocking call on tokio's pool, a thread serving
+    /// the instance). Nothing says the guest is at fault; the call's outcome is unknown.
+    #[error("the host code serving a Stele call panicked: {0}")]
+    Panicked(String),
     /// The guest tried to grow its memory past [`runtime::SandboxLimits::memory_bytes_max`].
     /// The call did not complete, and the instance refuses every later call.
     #[error(

@@ -64,8 +64,8 @@ fn from_wit(err: wit::PushLogError) -> PushLogCallError {
         E::BadHeader(h) => PushLogError::BadHeader(crate::convert::plain::from_wit_header(h)),
         E::SchemaMismatch(found) => PushLogError::SchemaMismatch { found },
         E::PushTooLarge(s) => PushLogError::PushTooLarge {
-            bytes: usize::try_from(s.actual).unwrap_or(usize::MAX),
-            max: usize::try_from(s.limit).unwrap_or(usize::MAX),
+            bytes: usize::try_from(s.bytes).unwrap_or(usize::MAX),
+            bytes_max: usize::try_from(s.bytes_max).unwrap_or(usize::MAX),
         },
         E::Corrupt(d) => PushLogError::Corrupt {
             offset: d.offset,

@@ -438,6 +438,37 @@ impl Runtime {
     }
 }
 
+/// The first failure that leaves an instance's state unknown (a trap, a limit, a broken
+/// contract), kept: every later call on the instance is refused with the same error, while the
+/// host and other instances go on. One rule for every sandboxed facet: the plain WAL and push
+/// log ([`PlainInstance`]), the journal, and the async WAL's store driver.
+#[derive(Debug, Default)]
+pub(crate) struct StickyFailure(Option<SandboxError>);
+
+impl StickyFailure {
+    /// The kept failure, if any.
+    pub(crate) fn failure(&self) -> Option<&SandboxError> {
+        self.0.as_ref()
+    }
+
+    /// Keeps `error` unless an earlier failure is kept already.
+    pub(crate) fn record(&mut self, error: SandboxError) {
+        self.0.get_or_insert(error);
+    }
+
+    /// Runs `call` unless a failure is kept (then refuses with it); keeps the failure `call`
+    /// returns.
+    pub(crate) fn run<T>(
+        &mut self,
+        call: impl FnOnce() -> Result<T, SandboxError>,
+    ) -> Result<T, SandboxError> {
+        if let Some(error) = &self.0 {
+            return Err(error.clone());
+        }
+        call().inspect_err(|error| self.record(error.clone()))
+    }
+}
+
 /// One instance of the plain component and the resource its calls act on (a WAL writer, a push
 /// log). A trap leaves the instance's state unknown, so the first one is sticky: every later
 /// call gets the same error ([`SandboxError::Trapped`], or the limit's own variant).
@@ -447,7 +478,7 @@ pub(crate) struct PlainInstance {
     /// native variants.
     bindings: Box<bindings::Engine>,
     resource: wasmtime::component::ResourceAny,
-    trapped: Option<SandboxError>,
+    trapped: StickyFailure,
 }
 
 impl std::fmt::Debug for PlainInstance {
@@ -468,7 +499,7 @@ impl PlainInstance {
             store,
             bindings: Box::new(bindings),
             resource,
-            trapped: None,
+            trapped: StickyFailure::default(),
         }
     }
 
@@ -481,14 +512,10 @@ impl PlainInstance {
             wasmtime::component::ResourceAny,
         ) -> wasmtime::Result<Result<R, E>>,
     ) -> Result<Result<R, E>, SandboxError> {
-        if let Some(error) = &self.trapped {
-            return Err(error.clone());
-        }
-        self.store.data_mut().touch();
-        call(&mut self.store, &self.bindings, self.resource).map_err(|trap| {
-            let error = trap_error(trap);
-            self.trapped = Some(error.clone());
-            error
+        let (store, bindings, resource) = (&mut self.store, &self.bindings, self.resource);
+        self.trapped.run(|| {
+            store.data_mut().touch();
+            call(store, bindings, resource).map_err(trap_error)
         })
     }
 }

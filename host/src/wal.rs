@@ -66,7 +66,7 @@ pub struct Wal {
     /// The writer's resolved group bound: sandboxed, a batch past it (or past
     /// [`stele::wal::record::PAYLOAD_BYTES_MAX`] per payload) is refused here, before it is
     /// copied into the guest's memory, with the error the guest would give.
-    max_group_bytes: usize,
+    group_bytes_max: usize,
 }
 
 /// The tokio API over a [`Wal`]: the same log, and sandboxed the same instance, so threads and
@@ -144,7 +144,7 @@ impl Wal {
         };
         Ok(Wal {
             inner: Arc::new(inner),
-            max_group_bytes: options.resolved_max_group_bytes(),
+            group_bytes_max: options.resolved_group_bytes_max(),
         })
     }
 
@@ -198,7 +198,7 @@ impl Wal {
         Ok((
             Wal {
                 inner: Arc::new(inner),
-                max_group_bytes: options.resolved_max_group_bytes(),
+                group_bytes_max: options.resolved_group_bytes_max(),
             },
             recovery,
         ))
@@ -207,7 +207,7 @@ impl Wal {
     /// Sandboxed, refuses a batch the writer would refuse, before it crosses into the guest;
     /// else returns its encoded size.
     fn check_batch(&self, records: &[(u16, &[u8])]) -> Result<usize, WalError> {
-        Ok(check_batch_bytes(records, self.max_group_bytes)?)
+        Ok(check_batch_bytes(records, self.group_bytes_max)?)
     }
 
     /// Where this log's engine runs.
@@ -468,9 +468,7 @@ impl AsyncWal {
         let wal = self.wal.clone();
         match tokio::task::spawn_blocking(move || call(&wal)).await {
             Ok(result) => result,
-            Err(join) => {
-                Err(SandboxError::Trapped(format!("the blocking call panicked: {join}")).into())
-            }
+            Err(join) => Err(SandboxError::Panicked(format!("the blocking call: {join}")).into()),
         }
     }
 
@@ -707,15 +705,15 @@ impl WalScan {
         Ok(WalScan { inner })
     }
 
-    /// Up to `max_records` next records (at least one is asked for when 0 is given; a
+    /// Up to `records_max` next records (at least one is asked for when 0 is given; a
     /// sandboxed batch holds at most 4,096); empty at the end of the valid prefix, after
     /// which [`Self::recovery`] says how it ended.
-    pub fn next_batch(&mut self, max_records: usize) -> Result<Vec<VisibleRecord>, WalError> {
-        let max_records = max_records.max(1);
+    pub fn next_batch(&mut self, records_max: usize) -> Result<Vec<VisibleRecord>, WalError> {
+        let records_max = records_max.max(1);
         match &mut self.inner {
             ScanInner::Native(reader) => {
                 let mut batch = Vec::new();
-                while batch.len() < max_records {
+                while batch.len() < records_max {
                     let Some(r) = reader.next_record()? else {
                         break;
                     };
@@ -728,7 +726,7 @@ impl WalScan {
                 Ok(batch)
             }
             ScanInner::Sandboxed(guest) => {
-                let asked = max_records.min(READ_BATCH_RECORDS_MAX) as u32;
+                let asked = records_max.min(READ_BATCH_RECORDS_MAX) as u32;
                 let batch = guest_call(guest.bindings.stele_log_wal().reader().call_next_batch(
                     &mut guest.store,
                     guest.resource,
@@ -792,13 +790,13 @@ impl WalTail {
         Ok(WalTail { inner })
     }
 
-    /// The records appended since the last poll, at most `max_records` (a sandboxed poll
+    /// The records appended since the last poll, at most `records_max` (a sandboxed poll
     /// returns at most 4,096), in seq order; empty when nothing new is whole yet.
-    pub fn poll(&mut self, max_records: usize) -> Result<Vec<VisibleRecord>, WalError> {
+    pub fn poll(&mut self, records_max: usize) -> Result<Vec<VisibleRecord>, WalError> {
         match &mut self.inner {
-            TailInner::Native(follower) => Ok(follower.poll(max_records)?),
+            TailInner::Native(follower) => Ok(follower.poll(records_max)?),
             TailInner::Sandboxed(guest) => {
-                let asked = max_records.clamp(1, READ_BATCH_RECORDS_MAX) as u32;
+                let asked = records_max.clamp(1, READ_BATCH_RECORDS_MAX) as u32;
                 let batch = guest_call(guest.bindings.stele_log_wal().follower().call_poll(
                     &mut guest.store,
                     guest.resource,
@@ -856,8 +854,8 @@ pub fn read_wal_from(
         }
         records.extend(batch);
     }
-    let recovery = scan
-        .recovery()?
-        .ok_or_else(|| SandboxError::Trapped("reader ended without a recovery".into()))?;
+    let recovery = scan.recovery()?.ok_or_else(|| {
+        SandboxError::BrokenContract("the reader ended without a recovery".into())
+    })?;
     Ok((records, recovery))
 }

@@ -173,7 +173,7 @@ fn run(dir: &std::path::Path, configure: impl FnOnce(SteleCtx) -> SteleCtx) -> R
                 let options = WalOptions {
                     policy: DurabilityPolicy::FullSync,
                     first_seq: 0,
-                    max_group_bytes: None,
+                    group_bytes_max: None,
                     retained_bytes_max: 0,
                     segment_bytes: None,
                 };

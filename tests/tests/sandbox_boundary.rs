@@ -229,8 +229,8 @@ fn oversized_payload_and_batch_are_refused_before_the_boundary(mode: Mode) {
     assert_eq!(
         err,
         WalError::Write(WalWriteError::PayloadTooLarge {
-            payload_bytes: PAYLOAD_BYTES_MAX + 1,
-            payload_bytes_max: PAYLOAD_BYTES_MAX
+            bytes: PAYLOAD_BYTES_MAX + 1,
+            bytes_max: PAYLOAD_BYTES_MAX
         })
     );
     let err = wal.commit(1, &huge).unwrap_err();
@@ -246,8 +246,8 @@ fn oversized_payload_and_batch_are_refused_before_the_boundary(mode: Mode) {
         wal.commit_many(&batch).unwrap_err(),
     ] {
         assert!(
-            matches!(err, WalError::Write(WalWriteError::GroupTooLarge { max_group_bytes, .. })
-                if max_group_bytes == 16 << 20),
+            matches!(err, WalError::Write(WalWriteError::GroupTooLarge { bytes_max, .. })
+                if bytes_max == 16 << 20),
             "{err:?}"
         );
     }
@@ -283,8 +283,8 @@ fn oversized_push_is_refused_before_the_boundary(mode: Mode) {
     assert!(
         matches!(
             err,
-            PushLogCallError::PushLog(PushLogError::PushTooLarge { bytes, max })
-                if bytes > max && max == stele::frame::BODY_BYTES_MAX
+            PushLogCallError::PushLog(PushLogError::PushTooLarge { bytes, bytes_max })
+                if bytes > bytes_max && bytes_max == stele::frame::BODY_BYTES_MAX
         ),
         "{err:?}"
     );
@@ -320,8 +320,8 @@ fn oversized_journal_append_is_refused_before_the_boundary(mode: Mode) {
     assert!(
         matches!(
             err,
-            JournalError::Journal(EngineJournalError::AppendTooLarge { max, .. })
-                if max == stele::journal::APPEND_BYTES_MAX
+            JournalError::Journal(EngineJournalError::AppendTooLarge { bytes_max, .. })
+                if bytes_max == stele::journal::APPEND_BYTES_MAX
         ),
         "{err:?}"
     );

@@ -499,7 +499,7 @@ fn retiring_beyond_durable_end_fails_and_within_releases_bytes(mode: Mode) {
 fn oversized_payload_and_group_are_typed_errors_that_consume_nothing(mode: Mode) {
     let root = TempRoot::new();
     let o = WalOptions {
-        max_group_bytes: Some(1024),
+        group_bytes_max: Some(1024),
         ..opts(DurabilityPolicy::FullSync, 0)
     };
     let wal = Wal::create(root.vfs(), "big.wal", o, mode).unwrap();
@@ -507,8 +507,8 @@ fn oversized_payload_and_group_are_typed_errors_that_consume_nothing(mode: Mode)
     assert_eq!(
         err,
         WalError::Write(WalWriteError::GroupTooLarge {
-            encoded_bytes: encoded_len(2000),
-            max_group_bytes: 1024
+            bytes: encoded_len(2000),
+            bytes_max: 1024
         })
     );
     let _ = PAYLOAD_BYTES_MAX; // the format bound; the group bound above is hit first here

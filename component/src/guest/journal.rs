@@ -37,9 +37,9 @@ pub(crate) fn journal_error(err: JournalError) -> wit::JournalError {
             cause: to_wit(cause),
             rolled_back,
         }),
-        JournalError::AppendTooLarge { bytes, max } => E::AppendTooLarge(wit::SizeLimit {
-            actual: bytes as u64,
-            limit: max as u64,
+        JournalError::AppendTooLarge { bytes, bytes_max } => E::AppendTooLarge(wit::TooLarge {
+            bytes: bytes as u64,
+            bytes_max: bytes_max as u64,
         }),
         JournalError::CompactFailed { cause } => E::CompactFailed(to_wit(cause)),
         JournalError::CompactNotDurable { cause } => E::CompactNotDurable(to_wit(cause)),

@@ -25,9 +25,9 @@ fn error(err: PushLogError) -> wit::PushLogError {
         PushLogError::Vfs(e) => E::Vfs(to_wit(e)),
         PushLogError::BadHeader(h) => E::BadHeader(header_error(h)),
         PushLogError::SchemaMismatch { found } => E::SchemaMismatch(found),
-        PushLogError::PushTooLarge { bytes, max } => E::PushTooLarge(wit::SizeLimit {
-            actual: bytes as u64,
-            limit: max as u64,
+        PushLogError::PushTooLarge { bytes, bytes_max } => E::PushTooLarge(wit::TooLarge {
+            bytes: bytes as u64,
+            bytes_max: bytes_max as u64,
         }),
         PushLogError::Corrupt {
             offset,
@@ -73,11 +73,11 @@ impl wit::Guest for Component {
 }
 
 impl wit::GuestScan for GuestScan {
-    fn next_frames(&self, max_frames: u32) -> Result<Vec<wit::ScannedFrame>, wit::PushLogError> {
+    fn next_frames(&self, frames_max: u32) -> Result<Vec<wit::ScannedFrame>, wit::PushLogError> {
         let mut scan = self.0.borrow_mut();
         let mut out = Vec::new();
         let mut bytes = 0;
-        for _ in 0..max_frames.clamp(1, SCAN_FRAMES_PER_CALL_MAX) {
+        for _ in 0..frames_max.clamp(1, SCAN_FRAMES_PER_CALL_MAX) {
             if bytes >= SCAN_BYTES_PER_CALL_TARGET {
                 break;
             }

@@ -24,12 +24,12 @@ pub struct GuestReader(RefCell<WalReader>);
 pub struct GuestFollower(RefCell<WalFollower>);
 
 pub(crate) fn options(o: wit::WalOptions) -> Result<WalOptions, wit::WalError> {
-    let max_group_bytes = match o.max_group_bytes {
+    let group_bytes_max = match o.group_bytes_max {
         None => None,
         Some(b) => Some(usize::try_from(b).map_err(|_| {
-            wit::WalError::GroupTooLarge(wit::SizeLimit {
-                actual: b,
-                limit: u32::MAX.into(),
+            wit::WalError::GroupTooLarge(wit::TooLarge {
+                bytes: b,
+                bytes_max: u32::MAX.into(),
             })
         })?),
     };
@@ -40,16 +40,16 @@ pub(crate) fn options(o: wit::WalOptions) -> Result<WalOptions, wit::WalError> {
             wit::DurabilityPolicy::Skip => DurabilityPolicy::Skip,
         },
         first_seq: LogSeq(o.first_seq),
-        max_group_bytes,
+        group_bytes_max,
         retained_bytes_max: usize::try_from(o.retained_bytes_max).unwrap_or(usize::MAX),
         segment_bytes: o.segment_bytes,
     })
 }
 
-fn size(actual: usize, limit: usize) -> wit::SizeLimit {
-    wit::SizeLimit {
-        actual: actual as u64,
-        limit: limit as u64,
+fn too_large(bytes: usize, bytes_max: usize) -> wit::TooLarge {
+    wit::TooLarge {
+        bytes: bytes as u64,
+        bytes_max: bytes_max as u64,
     }
 }
 
@@ -57,14 +57,12 @@ pub(crate) fn write_error(err: WalWriteError) -> wit::WalError {
     match err {
         WalWriteError::Failed { cause } => wit::WalError::Failed(to_wit(cause)),
         WalWriteError::Poisoned { cause } => wit::WalError::Poisoned(to_wit(cause)),
-        WalWriteError::GroupTooLarge {
-            encoded_bytes,
-            max_group_bytes,
-        } => wit::WalError::GroupTooLarge(size(encoded_bytes, max_group_bytes)),
-        WalWriteError::PayloadTooLarge {
-            payload_bytes,
-            payload_bytes_max,
-        } => wit::WalError::PayloadTooLarge(size(payload_bytes, payload_bytes_max)),
+        WalWriteError::GroupTooLarge { bytes, bytes_max } => {
+            wit::WalError::GroupTooLarge(too_large(bytes, bytes_max))
+        }
+        WalWriteError::PayloadTooLarge { bytes, bytes_max } => {
+            wit::WalError::PayloadTooLarge(too_large(bytes, bytes_max))
+        }
         WalWriteError::RetentionFull {
             batch_bytes,
             retained_bytes,
@@ -145,13 +143,9 @@ pub(crate) fn open_error(err: WalOpenError) -> wit::WalError {
             header_first_seq,
         }),
         WalOpenError::BadCheckpoint(h) => wit::WalError::BadCheckpoint(header_error(h)),
-        WalOpenError::SegmentTooSmall {
-            segment_bytes,
-            segment_bytes_min,
-        } => wit::WalError::SegmentTooSmall(wit::SizeLimit {
-            actual: segment_bytes,
-            limit: segment_bytes_min,
-        }),
+        WalOpenError::SegmentTooSmall { bytes, bytes_min } => {
+            wit::WalError::SegmentTooSmall(wit::TooSmall { bytes, bytes_min })
+        }
         WalOpenError::SingleFileLog { path } => wit::WalError::SingleFileLog(path),
         WalOpenError::SegmentOptionsForSingleFile { segment_bytes } => {
             wit::WalError::SegmentOptionsForSingleFile(segment_bytes)
@@ -290,11 +284,11 @@ impl wit::GuestFollower for GuestFollower {
         Ok(wit::Follower::new(GuestFollower(RefCell::new(follower))))
     }
 
-    fn poll(&self, max_records: u32) -> Result<Vec<wit::VisibleRecord>, wit::WalError> {
+    fn poll(&self, records_max: u32) -> Result<Vec<wit::VisibleRecord>, wit::WalError> {
         let records = self
             .0
             .borrow_mut()
-            .poll((max_records as usize).min(READ_BATCH_RECORDS_MAX))
+            .poll((records_max as usize).min(READ_BATCH_RECORDS_MAX))
             .map_err(open_error)?;
         Ok(records
             .into_iter()
@@ -322,10 +316,10 @@ impl wit::GuestReader for GuestReader {
         Ok(wit::Reader::new(GuestReader(RefCell::new(reader))))
     }
 
-    fn next_batch(&self, max_records: u32) -> Result<Vec<wit::VisibleRecord>, wit::WalError> {
+    fn next_batch(&self, records_max: u32) -> Result<Vec<wit::VisibleRecord>, wit::WalError> {
         let mut reader = self.0.borrow_mut();
         let mut out = Vec::new();
-        while out.len() < (max_records as usize).min(READ_BATCH_RECORDS_MAX) {
+        while out.len() < (records_max as usize).min(READ_BATCH_RECORDS_MAX) {
             match reader.next_record().map_err(open_error)? {
                 Some(r) => out.push(wit::VisibleRecord {
                     seq: r.seq.0,

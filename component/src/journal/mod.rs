@@ -89,33 +89,36 @@ pub enum JournalError {
         why: String,
     },
     /// A multi-op append larger than one frame can hold; nothing was written.
-    #[error("an append of {bytes} bytes exceeds the {max}-byte limit of one atomic append")]
+    #[error("an append of {bytes} bytes exceeds the {bytes_max}-byte limit of one atomic append")]
     AppendTooLarge {
         /// The append's size.
         bytes: usize,
         /// [`APPEND_BYTES_MAX`].
-        max: usize,
+        bytes_max: usize,
     },
     /// An append's write or sync failed. The file was cut back to its length before the call
     /// (`rolled_back`), or, if that failed too, the next append cuts it first.
-    #[error("append failed ({cause}); rolled back: {rolled_back}")]
+    #[error("append failed; rolled back: {rolled_back}")]
     AppendFailed {
         /// The write or sync error.
+        #[source]
         cause: VfsError,
         /// Whether the file was cut back to its length before the call.
         rolled_back: bool,
     },
     /// A compaction failed before its rename: the journal and the writer are unchanged.
-    #[error("compaction failed before replacing the journal ({cause}); nothing changed")]
+    #[error("compaction failed before replacing the journal; nothing changed")]
     CompactFailed {
         /// The error.
+        #[source]
         cause: VfsError,
     },
     /// A compaction replaced the journal, but the directory sync that makes the replacement
     /// durable failed; the next append retries it before writing.
-    #[error("compaction replaced the journal but the directory sync failed ({cause})")]
+    #[error("compaction replaced the journal but the directory sync failed")]
     CompactNotDurable {
         /// The directory sync's error.
+        #[source]
         cause: VfsError,
     },
     /// The writer lost its file handle (a compaction could not reopen the journal after its

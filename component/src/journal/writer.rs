@@ -81,7 +81,7 @@ pub fn check_append(bytes: &[u8]) -> Result<u64, JournalError> {
     if ops > 1 && batch_body_bytes(bytes, ops) > frame::BODY_BYTES_MAX {
         return Err(JournalError::AppendTooLarge {
             bytes: bytes.len(),
-            max: APPEND_BYTES_MAX,
+            bytes_max: APPEND_BYTES_MAX,
         });
     }
     Ok(ops)

@@ -69,12 +69,12 @@ pub enum PushLogError {
         found: String,
     },
     /// The pushed batch does not fit in one frame; nothing was written.
-    #[error("a push of {bytes} IPC bytes exceeds the {max}-byte frame limit")]
+    #[error("a push of {bytes} IPC bytes exceeds the {bytes_max}-byte frame limit")]
     PushTooLarge {
         /// The push's size as Arrow IPC.
         bytes: usize,
         /// [`crate::frame::BODY_BYTES_MAX`].
-        max: usize,
+        bytes_max: usize,
     },
     /// The frame at `offset` is damaged and a valid frame follows: refused, never dropped.
     #[error("push log corrupt at byte {offset} (a valid frame follows at byte {valid_frame_at})")]
@@ -100,9 +100,10 @@ pub enum PushLogError {
     },
     /// A write or sync of `append` failed; the file was cut back to its length before the call
     /// (`rolled_back`), or, if that failed too, the next append cuts it first.
-    #[error("append failed ({cause}); rolled back: {rolled_back}")]
+    #[error("append failed; rolled back: {rolled_back}")]
     AppendFailed {
         /// The write or sync error.
+        #[source]
         cause: VfsError,
         /// Whether the file was cut back to its length before the call.
         rolled_back: bool,
@@ -563,7 +564,7 @@ pub fn check_push_size(bytes: usize) -> Result<(), PushLogError> {
     if bytes > frame::BODY_BYTES_MAX {
         return Err(PushLogError::PushTooLarge {
             bytes,
-            max: frame::BODY_BYTES_MAX,
+            bytes_max: frame::BODY_BYTES_MAX,
         });
     }
     Ok(())

@@ -12,34 +12,34 @@ pub enum WalWriteError {
     /// A write or sync failed while this call's records were staged or in flight. They stay
     /// visible, but none of them is reported durable, and the writer is now poisoned. Whether
     /// any of their bytes reached the disk is unknown: reopen the log to find out.
-    #[error("WAL write or sync failed; the writer is poisoned: {cause}")]
+    #[error("WAL write or sync failed; the writer is poisoned")]
     Failed {
         /// The write or sync error.
+        #[source]
         cause: VfsError,
     },
     /// An earlier write or sync failed; this writer accepts nothing more. Reopen the log.
-    #[error("WAL writer is poisoned by an earlier failure: {cause}")]
+    #[error("WAL writer is poisoned by an earlier failure")]
     Poisoned {
         /// The error that poisoned the writer.
+        #[source]
         cause: VfsError,
     },
     /// One call's records encode to more than one group may hold. Nothing was staged.
-    #[error(
-        "batch encodes to {encoded_bytes} bytes, more than the group bound of {max_group_bytes}"
-    )]
+    #[error("batch encodes to {bytes} bytes, more than the group bound of {bytes_max}")]
     GroupTooLarge {
         /// The batch's size, encoded.
-        encoded_bytes: usize,
+        bytes: usize,
         /// The writer's group bound.
-        max_group_bytes: usize,
+        bytes_max: usize,
     },
     /// One payload exceeds the format's bound. Nothing was staged.
-    #[error("payload of {payload_bytes} bytes exceeds the limit of {payload_bytes_max}")]
+    #[error("payload of {bytes} bytes exceeds the limit of {bytes_max}")]
     PayloadTooLarge {
         /// The payload's size.
-        payload_bytes: usize,
+        bytes: usize,
         /// [`super::record::PAYLOAD_BYTES_MAX`].
-        payload_bytes_max: usize,
+        bytes_max: usize,
     },
     /// Retaining this batch for `visible_records` would exceed the retention bound; retire
     /// absorbed records first. Nothing was staged.
@@ -167,12 +167,12 @@ pub enum WalOpenError {
         segment_bytes: u64,
     },
     /// The configured segment size cannot hold a header and a few records.
-    #[error("segment size {segment_bytes} is below the minimum of {segment_bytes_min} bytes")]
+    #[error("segment size {bytes} is below the minimum of {bytes_min} bytes")]
     SegmentTooSmall {
         /// The configured size.
-        segment_bytes: u64,
+        bytes: u64,
         /// [`super::segment::SEGMENT_BYTES_MIN`].
-        segment_bytes_min: u64,
+        bytes_min: u64,
     },
     /// A segmented open found a single-file log (the foundation's format) at its path.
     #[error(

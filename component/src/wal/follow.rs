@@ -20,7 +20,7 @@
 //! - It takes no lock and writes nothing.
 //!
 //! Memory is one read step (at most [`FOLLOW_READ_BYTES_MAX`], or one frame when a frame is
-//! larger) plus the records a poll returns, which the caller bounds with `max_records`.
+//! larger) plus the records a poll returns, which the caller bounds with `records_max`.
 
 use std::sync::Arc;
 
@@ -68,7 +68,7 @@ struct FollowedFile {
 
 /// How reading the current file ended within one poll.
 enum Stop {
-    /// `max_records` records are ready.
+    /// `records_max` records are ready.
     Full,
     /// No whole, valid frame (or no header) at the current offset yet.
     Waiting,
@@ -131,8 +131,8 @@ impl WalFollower {
         self.bytes_read
     }
 
-    /// The records appended since the last poll (at most `max_records`, at least one when
-    /// `max_records` is 0), in seq order; empty when there is nothing new yet.
+    /// The records appended since the last poll (at most `records_max`, at least one when
+    /// `records_max` is 0), in seq order; empty when there is nothing new yet.
     ///
     /// # Errors
     /// [`WalOpenError::BadHeader`] for a file whose header is not a WAL header;
@@ -140,13 +140,13 @@ impl WalFollower {
     /// [`WalOpenError::SegmentGap`] when the log moved past the expected seq without a segment
     /// that starts there (the records the follower expected were truncated, or a segment is
     /// misnamed); [`WalOpenError::Vfs`] for a failed read or listing.
-    pub fn poll(&mut self, max_records: usize) -> Result<Vec<VisibleRecord>, WalOpenError> {
-        let max_records = max_records.max(1);
+    pub fn poll(&mut self, records_max: usize) -> Result<Vec<VisibleRecord>, WalOpenError> {
+        let records_max = records_max.max(1);
         let mut records = Vec::new();
         // The expected seq at which a later segment was seen without one named by it.
         let mut gap_suspected_at = None;
         loop {
-            if let Stop::Full = self.read_current(&mut records, max_records)? {
+            if let Stop::Full = self.read_current(&mut records, records_max)? {
                 return Ok(records);
             }
             if !self.segmented {
@@ -176,11 +176,11 @@ impl WalFollower {
     }
 
     /// Reads whole records from the current file into `records` until a frame is not whole
-    /// and valid (or `max_records` are there).
+    /// and valid (or `records_max` are there).
     fn read_current(
         &mut self,
         records: &mut Vec<VisibleRecord>,
-        max_records: usize,
+        records_max: usize,
     ) -> Result<Stop, WalOpenError> {
         let Some(current) = &mut self.current else {
             return Ok(Stop::Waiting);
@@ -220,7 +220,7 @@ impl WalFollower {
             // take what is whole and look again at the next poll.
             let mut waiting = read < requested;
             let mut consumed = 0;
-            while consumed < window.len() && records.len() < max_records {
+            while consumed < window.len() && records.len() < records_max {
                 match frame::decode(&window[consumed..]) {
                     Decoded::Frame { body } => {
                         let offset = current.offset + consumed as u64;
@@ -263,7 +263,7 @@ impl WalFollower {
             }
             current.offset += consumed as u64;
             self.expected = Some(expected);
-            if records.len() == max_records {
+            if records.len() == records_max {
                 return Ok(Stop::Full);
             }
             if waiting {
@@ -402,7 +402,7 @@ mod tests {
     }
 
     #[test]
-    fn max_records_splits_a_poll_and_from_skips_earlier_records() {
+    fn records_max_splits_a_poll_and_from_skips_earlier_records() {
         let vfs = Arc::new(MemVfs::new());
         let wal =
             WalWriter::create(&*vfs, "log.wal", LogSeq(0), DurabilityPolicy::FullSync).unwrap();

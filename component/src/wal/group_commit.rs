@@ -7,7 +7,7 @@
 //!    It sits in `pending`.
 //! 2. One caller at a time is the **leader** ([`GroupCommit::claim_leadership`]). The leader asks
 //!    [`GroupCommit::poll_group`] for the next group: whole pending batches, in seq order, up to
-//!    `max_group_bytes`. At most one group is in flight.
+//!    `group_bytes_max`. At most one group is in flight.
 //! 3. The driver writes the group at its offset, syncs as the policy says, and reports with
 //!    [`GroupCommit::handle_group_done`]. Only then does `durable_end` move, to the group's end.
 //! 4. [`GroupCommit::poll_leader_step`] says whether the leader keeps going or releases.
@@ -215,7 +215,7 @@ pub enum WaitState {
 #[derive(Debug)]
 pub struct GroupCommit {
     sync: Option<SyncKind>,
-    max_group_bytes: usize,
+    group_bytes_max: usize,
     /// Bytes of one segment file, header included, when the log is segmented. A group never
     /// crosses it: a group that would is written at the start of a new segment instead.
     segment_bytes: Option<u64>,
@@ -249,7 +249,7 @@ impl GroupCommit {
     pub fn new(options: &WalOptions, next_seq: LogSeq, write_offset: u64) -> Self {
         GroupCommit {
             sync: options.policy.group_sync(),
-            max_group_bytes: options.resolved_max_group_bytes(),
+            group_bytes_max: options.resolved_group_bytes_max(),
             segment_bytes: options.segment_bytes,
             retained_bytes_max: options.retained_bytes_max,
             visible_end: next_seq,
@@ -295,8 +295,8 @@ impl GroupCommit {
     }
 
     /// The group bound in effect.
-    pub fn max_group_bytes(&self) -> usize {
-        self.max_group_bytes
+    pub fn group_bytes_max(&self) -> usize {
+        self.group_bytes_max
     }
 
     /// Says how callers reach this core (default [`Arrivals::Parallel`]): a driver whose
@@ -328,7 +328,7 @@ impl GroupCommit {
         if records.is_empty() {
             return Ok(start..start);
         }
-        let encoded_bytes = check_batch_bytes(records, self.max_group_bytes)?;
+        let encoded_bytes = check_batch_bytes(records, self.group_bytes_max)?;
         let retain = self.retained_bytes_max > 0;
         if retain && self.retained_bytes + encoded_bytes > self.retained_bytes_max {
             return Err(WalWriteError::RetentionFull {
@@ -464,7 +464,7 @@ impl GroupCommit {
         }
         let first = self.pending.front()?;
         let start = LogSeq(first.end.0 - first.records);
-        // Staging bounded every batch by max_group_bytes, which resolved_max_group_bytes keeps
+        // Staging bounded every batch by group_bytes_max, which resolved_group_bytes_max keeps
         // within one segment's record space, so a batch that does not fit this segment fits an
         // empty one: records never straddle segments.
         let (offset, room, starts_segment) = match self.segment_bytes {
@@ -479,7 +479,7 @@ impl GroupCommit {
             }
             None => (self.write_offset, u64::MAX, false),
         };
-        let bound = (self.max_group_bytes as u64).min(room);
+        let bound = (self.group_bytes_max as u64).min(room);
         let mut bytes = 0usize;
         let mut records = 0u64;
         let mut chunks = Vec::new();
@@ -649,28 +649,28 @@ impl GroupCommit {
 }
 
 /// Checks one batch against the size bounds every writer enforces: each payload at most
-/// [`PAYLOAD_BYTES_MAX`], and the batch, encoded, at most `max_group_bytes` (a batch is never
+/// [`PAYLOAD_BYTES_MAX`], and the batch, encoded, at most `group_bytes_max` (a batch is never
 /// split across groups). Returns the encoded size. Public so that a host can refuse an
 /// oversized batch before copying it into a sandboxed writer's memory, with the same error the
 /// writer would give.
 pub fn check_batch_bytes(
     records: &[(u16, &[u8])],
-    max_group_bytes: usize,
+    group_bytes_max: usize,
 ) -> Result<usize, WalWriteError> {
     let mut encoded_bytes = 0usize;
     for (_, payload) in records {
         if payload.len() > PAYLOAD_BYTES_MAX {
             return Err(WalWriteError::PayloadTooLarge {
-                payload_bytes: payload.len(),
-                payload_bytes_max: PAYLOAD_BYTES_MAX,
+                bytes: payload.len(),
+                bytes_max: PAYLOAD_BYTES_MAX,
             });
         }
         encoded_bytes = encoded_bytes.saturating_add(record::encoded_len(payload.len()));
     }
-    if encoded_bytes > max_group_bytes {
+    if encoded_bytes > group_bytes_max {
         return Err(WalWriteError::GroupTooLarge {
-            encoded_bytes,
-            max_group_bytes,
+            bytes: encoded_bytes,
+            bytes_max: group_bytes_max,
         });
     }
     Ok(encoded_bytes)
@@ -925,7 +925,7 @@ mod tests {
     #[test]
     fn groups_are_byte_bounded_at_batch_boundaries() {
         let mut opts = WalOptions::single_file(DurabilityPolicy::Skip);
-        opts.max_group_bytes = Some(100);
+        opts.group_bytes_max = Some(100);
         let mut c = GroupCommit::new(&opts, LogSeq(0), 32);
         for _ in 0..5 {
             c.stage(&[(0, &[7u8; 22])]).unwrap(); // 40 encoded bytes each

@@ -125,7 +125,7 @@ impl DurabilityPolicy {
     }
 
     /// The group bound this policy uses unless told otherwise.
-    pub const fn default_max_group_bytes(self) -> usize {
+    pub const fn group_bytes_max_default(self) -> usize {
         match self {
             DurabilityPolicy::FullSync => GROUP_BYTES_MAX_FULL_SYNC,
             DurabilityPolicy::Barrier | DurabilityPolicy::Skip => GROUP_BYTES_MAX_DEFAULT,
@@ -141,8 +141,8 @@ pub struct WalOptions {
     pub policy: DurabilityPolicy,
     /// The first seq of a new log. Ignored when an existing log is recovered: its header says.
     pub first_seq: LogSeq,
-    /// Encoded bytes one group may hold; `None` uses [`DurabilityPolicy::default_max_group_bytes`].
-    pub max_group_bytes: Option<usize>,
+    /// Encoded bytes one group may hold; `None` uses [`DurabilityPolicy::group_bytes_max_default`].
+    pub group_bytes_max: Option<usize>,
     /// Bytes of committed records kept for [`WalWriter::visible_records`] until retired. `0`
     /// keeps none: `visible_records` then always returns an empty list.
     pub retained_bytes_max: usize,
@@ -161,7 +161,7 @@ impl WalOptions {
         WalOptions {
             policy,
             first_seq: LogSeq(0),
-            max_group_bytes: None,
+            group_bytes_max: None,
             retained_bytes_max: RETAINED_BYTES_MAX_DEFAULT,
             segment_bytes: Some(segment::SEGMENT_BYTES_DEFAULT),
         }
@@ -187,10 +187,10 @@ impl WalOptions {
 
     /// The group bound in effect: the configured or default one, and never more than one
     /// segment's record space, so that a group (and so every batch) fits one segment.
-    pub const fn resolved_max_group_bytes(&self) -> usize {
-        let bytes = match self.max_group_bytes {
+    pub const fn resolved_group_bytes_max(&self) -> usize {
+        let bytes = match self.group_bytes_max {
             Some(bytes) => bytes,
-            None => self.policy.default_max_group_bytes(),
+            None => self.policy.group_bytes_max_default(),
         };
         match self.segment_bytes {
             Some(segment) => {

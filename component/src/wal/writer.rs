@@ -197,8 +197,8 @@ pub async fn setup_segments<Io: DeviceIo>(
         .unwrap_or(segment::SEGMENT_BYTES_DEFAULT);
     if segment_bytes < SEGMENT_BYTES_MIN {
         return Err(WalOpenError::SegmentTooSmall {
-            segment_bytes,
-            segment_bytes_min: SEGMENT_BYTES_MIN,
+            bytes: segment_bytes,
+            bytes_min: SEGMENT_BYTES_MIN,
         });
     }
     let options = WalOptions {
@@ -294,7 +294,7 @@ pub async fn setup_segments<Io: DeviceIo>(
 ///
 /// There is no timer and no background flusher. An idle arrival becomes leader at once and
 /// writes what is pending as one group. Arrivals while a group is in flight stage into the next
-/// group, which is bounded in encoded bytes ([`WalOptions::max_group_bytes`]). When that group's
+/// group, which is bounded in encoded bytes ([`WalOptions::group_bytes_max`]). When that group's
 /// callers are waiting durably, the leader hands leadership to one of them (see
 /// [`super::group_commit`] for why).
 ///
@@ -449,16 +449,16 @@ impl WalWriter {
     }
 
     /// [`Self::create`] with an explicit encoded-byte group bound.
-    pub fn create_with_max_group_bytes(
+    pub fn create_with_group_bytes_max(
         vfs: &dyn Vfs,
         path: &str,
         first_seq: LogSeq,
         policy: DurabilityPolicy,
-        max_group_bytes: usize,
+        group_bytes_max: usize,
     ) -> Result<Self, WalOpenError> {
         let options = WalOptions {
             first_seq,
-            max_group_bytes: Some(max_group_bytes),
+            group_bytes_max: Some(group_bytes_max),
             ..WalOptions::single_file(policy)
         };
         Self::create_with(vfs, path, options)

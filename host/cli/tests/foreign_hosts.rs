@@ -126,7 +126,7 @@ fn wit_options() -> WalOptions {
     WalOptions {
         policy: WitPolicy::FullSync,
         first_seq: 1,
-        max_group_bytes: None,
+        group_bytes_max: None,
         retained_bytes_max: 0,
         segment_bytes: None,
     }

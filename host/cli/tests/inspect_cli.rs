@@ -152,7 +152,7 @@ fn no_progress_bar_when_stdout_is_not_a_terminal() {
     let dir = tempfile::tempdir().unwrap();
     let vfs: Arc<dyn Vfs> = Arc::new(RealFs::open_root(dir.path()).unwrap());
     let options = WalOptions {
-        max_group_bytes: Some(16 << 20),
+        group_bytes_max: Some(16 << 20),
         retained_bytes_max: 0,
         ..WalOptions::single_file(DurabilityPolicy::Skip)
     };

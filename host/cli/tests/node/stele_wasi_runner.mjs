@@ -18,7 +18,7 @@ const dispose = Symbol.dispose ?? Symbol.for('dispose');
 const options = {
   policy: 'full-sync',
   firstSeq: 1n,
-  maxGroupBytes: undefined,
+  groupBytesMax: undefined,
   retainedBytesMax: 0n,
   segmentBytes: undefined,
 };

@@ -30,7 +30,7 @@ impl Guest for Plugin {
         let options = WalOptions {
             policy: DurabilityPolicy::FullSync,
             first_seq: 1,
-            max_group_bytes: None,
+            group_bytes_max: None,
             retained_bytes_max: 0,
             segment_bytes: None,
         };

@@ -1,0 +1,389 @@
+//! The WAL's session in the async instance: requests from the typed API become `wal-async`
+//! calls, and their outcomes go back as answers. Single-record commits travel as one-record
+//! batches, so there is one request kind per behaviour. Durable calls (`commit-many-durable`,
+//! `flush`) become concurrent guest tasks: while one leads and awaits the host's sync, the run
+//! starts the next requests, which stage into the next group. Every export of `wal-async` is an
+//! `async func`: a store with async host functions accepts only async-lifted calls.
+//!
+//! Answers go out in bursts: the calls one group completes finish about one per turn of the
+//! store, and the run collects them all before it sends any (turns continue while they bring
+//! answers, at most one per call in flight; no timer), so that callers answered together come
+//! back together and stage into one group.
+
+use std::future::Future;
+use std::ops::Range;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use futures::stream::FuturesUnordered;
+use futures::{FutureExt, StreamExt};
+use stele::wal::{
+    LogSeq, Recovery, VisibleRecord, WalOptions, WalRetirement, WalTruncation, WalWriterStats,
+};
+use tokio::sync::mpsc;
+use wasmtime::Store;
+use wasmtime::component::ResourceAny;
+
+use super::grouping::{Call, DurableBatches, gather_durable_commits};
+use super::posted_io::block_on_sending_io;
+use super::store_driver::{Reply, Run, Served};
+use crate::bindings::engine_async::EngineAsync;
+use crate::bindings::engine_async::exports::stele::log::wal as wit;
+use crate::convert::with_async::{
+    as_retention_error, from_wit_error, from_wit_range, from_wit_recovery, from_wit_retirement,
+    from_wit_stats, from_wit_truncation, from_wit_visible, wit_options,
+};
+use crate::io_thread::IoThread;
+use crate::runtime::{GuestState, Runtime, trap_error};
+use crate::{SandboxError, WalError};
+
+/// Where a WAL call's answer goes.
+pub(crate) type WalReply<T> = Reply<T, WalError>;
+
+pub(crate) enum Request {
+    CommitManyDurable {
+        records: Vec<wit::CommitRecord>,
+        /// The batch's size, encoded, as checked before it was sent.
+        encoded_bytes: usize,
+        reply: WalReply<Range<LogSeq>>,
+    },
+    Flush {
+        reply: WalReply<()>,
+    },
+    CommitMany {
+        records: Vec<wit::CommitRecord>,
+        reply: WalReply<Range<LogSeq>>,
+    },
+    VisibleRecords {
+        first_seq: u64,
+        limit: u32,
+        reply: WalReply<Vec<VisibleRecord>>,
+    },
+    Retire {
+        through: u64,
+        reply: WalReply<WalRetirement>,
+    },
+    Stats {
+        reply: WalReply<WalWriterStats>,
+    },
+    Checkpoint {
+        through: u64,
+        reply: WalReply<()>,
+    },
+    TruncateThrough {
+        through: u64,
+        reply: WalReply<WalTruncation>,
+    },
+    Segments {
+        reply: WalReply<Vec<LogSeq>>,
+    },
+}
+
+impl Request {
+    /// The call is answered only after a sync has returned.
+    pub(crate) fn awaits_sync(&self) -> bool {
+        matches!(
+            self,
+            Request::CommitManyDurable { .. } | Request::Flush { .. }
+        )
+    }
+}
+
+/// The WAL's instance and everything needed to serve it, handed from thread to thread.
+pub(super) struct WalSession {
+    pub(super) store: Store<GuestState>,
+    pub(super) bindings: EngineAsync,
+    pub(super) writer: ResourceAny,
+    pub(super) queue: mpsc::UnboundedReceiver<Request>,
+    /// The writer's group bound: how many bytes of durable commits one guest call gathers.
+    pub(super) group_bytes_max: usize,
+}
+
+/// Turns a guest call's outcome into the caller's, noting a trap.
+pub(super) fn answer<T, U>(
+    result: wasmtime::Result<Result<T, wit::WalError>>,
+    map: impl FnOnce(T) -> U,
+) -> Result<U, WalError> {
+    match result {
+        Ok(Ok(value)) => Ok(map(value)),
+        Ok(Err(err)) => Err(from_wit_error(err)),
+        Err(trap) => Err(trap_error(trap).into()),
+    }
+}
+
+/// A started guest call. It resolves to its answer, which the session sends (see the loop).
+type Task<'a> = Pin<Box<dyn Future<Output = Answer> + Send + 'a>>;
+
+/// A finished guest call's answers, not yet sent to their callers. Sending them says what they
+/// answered.
+type Answer = Box<dyn FnOnce() -> Sent + Send>;
+
+/// What sending one guest call's answers did.
+pub(super) struct Sent {
+    /// How many calls they answered.
+    pub(super) calls: usize,
+    /// The component broke the interface's contract in a way wasmtime cannot see (it is not
+    /// Stele's guest, or it is broken). Its state is then unknown, so the instance stops: the
+    /// session ends with this error, and every later call gets it.
+    pub(super) broken: Option<SandboxError>,
+}
+
+fn answer_with<T: Send + 'static>(reply: WalReply<T>, result: Result<T, WalError>) -> Answer {
+    Box::new(move || {
+        reply.send(result);
+        Sent {
+            calls: 1,
+            broken: None,
+        }
+    })
+}
+
+/// Sends each caller of a `commit-batches-durable` call its own batch's outcome. A trap
+/// answers every caller with it, and so does a component that answers a different number of
+/// batches than it was given: which batch an outcome belongs to is then unknown, and so is
+/// what the component made durable, so that also stops the instance.
+pub(super) fn answer_batches(
+    replies: Vec<WalReply<Range<LogSeq>>>,
+    result: wasmtime::Result<Vec<Result<wit::SeqRange, wit::WalError>>>,
+) -> Sent {
+    let calls = replies.len();
+    let mut broken = None;
+    let outcomes: Result<_, WalError> = match result {
+        Ok(outcomes) if outcomes.len() == calls => Ok(outcomes),
+        Ok(outcomes) => {
+            let error = SandboxError::BrokenContract(format!(
+                "the component answered {} outcomes for {calls} batches",
+                outcomes.len()
+            ));
+            broken = Some(error.clone());
+            Err(error.into())
+        }
+        Err(trap) => Err(trap_error(trap).into()),
+    };
+    match outcomes {
+        Ok(outcomes) => {
+            for (reply, outcome) in replies.into_iter().zip(outcomes) {
+                reply.send(answer(Ok(outcome), from_wit_range));
+            }
+        }
+        Err(error) => {
+            for reply in replies {
+                reply.send(Err(error.clone()));
+            }
+        }
+    }
+    Sent { calls, broken }
+}
+
+/// Instantiates the component in `store` and creates or opens the log: the session every
+/// later call is served in.
+pub(super) fn open_session(
+    runtime_engine: &'static Runtime,
+    mut store: Store<GuestState>,
+    io: &IoThread,
+    path: String,
+    options: WalOptions,
+    create: bool,
+    queue: mpsc::UnboundedReceiver<Request>,
+) -> Result<(Box<WalSession>, Recovery), WalError> {
+    let bindings: EngineAsync =
+        block_on_sending_io(runtime_engine.instantiate_async_in(&mut store), io)?;
+    let started = block_on_sending_io(
+        store.run_concurrent(async |acc| {
+            let writer_api = bindings.stele_log_wal_async().writer();
+            let wit_opts = wit_options(options);
+            if create {
+                writer_api
+                    .call_create(acc, path.clone(), wit_opts)
+                    .await
+                    .map(|r| r.map(|w| (w, Recovery::new_log(options.first_seq, 0))))
+            } else {
+                writer_api
+                    .call_open(acc, path.clone(), wit_opts)
+                    .await
+                    .map(|r| r.map(|(w, rec)| (w, from_wit_recovery(rec))))
+            }
+        }),
+        io,
+    );
+    let started = started.and_then(|r| r);
+    let (writer, recovery) = answer(started, |x| x)?;
+    Ok((
+        Box::new(WalSession {
+            store,
+            bindings,
+            writer,
+            queue,
+            group_bytes_max: options.resolved_group_bytes_max(),
+        }),
+        recovery,
+    ))
+}
+
+impl Served for WalSession {
+    type Request = Request;
+    type Error = WalError;
+
+    fn awaits_sync(request: &Request) -> bool {
+        request.awaits_sync()
+    }
+
+    fn serve(self: Box<Self>, calls_outstanding: Arc<AtomicUsize>) -> Run<Self> {
+        Box::pin(async move {
+            let mut session = self;
+            let outcome = session.serve_queued(&calls_outstanding).await;
+            (session, outcome)
+        })
+    }
+}
+
+impl WalSession {
+    /// `Err` when the instance can no longer run: it trapped (the trap, typed), or it broke the
+    /// interface's contract in a way wasmtime cannot see (see [`Sent::broken`]).
+    async fn serve_queued(&mut self, calls_outstanding: &AtomicUsize) -> Result<(), SandboxError> {
+        let WalSession {
+            store,
+            bindings,
+            writer,
+            queue,
+            group_bytes_max,
+        } = self;
+        let writer = *writer;
+        let group_bytes_max = *group_bytes_max;
+        let outcome = store
+            .run_concurrent(async |acc| {
+                let writer_api = &bindings.stele_log_wal_async().writer();
+                let mut in_flight: FuturesUnordered<Task<'_>> = FuturesUnordered::new();
+                loop {
+                    let first = if in_flight.is_empty() {
+                        match queue.try_recv() {
+                            Ok(request) => request,
+                            // Nothing queued, nothing in flight: give the instance back.
+                            Err(_) => return Ok(()),
+                        }
+                    } else {
+                        tokio::select! {
+                            biased;
+                            Some(first) = in_flight.next() => {
+                                // A group's callers finish about one per turn of the store.
+                                // Collect them all (turns continue while they bring answers; at
+                                // most one per call in flight, no timer), then answer them
+                                // together: callers answered in one burst come back together
+                                // and stage into one group, where answers trickled out between
+                                // guest turns would come back staggered.
+                                let mut answers = vec![first];
+                                for _ in 0..in_flight.len() {
+                                    tokio::task::yield_now().await;
+                                    let before = answers.len();
+                                    while let Some(Some(more)) = in_flight.next().now_or_never() {
+                                        answers.push(more);
+                                    }
+                                    if answers.len() == before {
+                                        break;
+                                    }
+                                }
+                                let mut broken = None;
+                                for send in answers {
+                                    let sent = send();
+                                    calls_outstanding.fetch_sub(sent.calls, Ordering::SeqCst);
+                                    broken = broken.or(sent.broken);
+                                }
+                                match broken {
+                                    Some(error) => return Err(error),
+                                    None => continue,
+                                }
+                            }
+                            Some(request) = queue.recv() => request,
+                        }
+                    };
+                    // Start everything already queued before the guest runs again: a gathering
+                    // leader then sees all of them staged in its first round.
+                    let queued = std::iter::from_fn(|| queue.try_recv().ok());
+                    acc.with(|mut access| access.data_mut().touch());
+                    let requests = std::iter::once(first).chain(queued);
+                    for call in gather_durable_commits(requests, group_bytes_max) {
+                        in_flight.push(start(acc, writer_api, writer, call));
+                    }
+                }
+            })
+            .await;
+        outcome.map_err(trap_error)?
+    }
+}
+
+/// Starts one call as a guest task.
+fn start<'a>(
+    acc: &'a wasmtime::component::Accessor<GuestState>,
+    writer_api: &'a crate::bindings::engine_async::exports::stele::log::wal_async::GuestWriter<'a>,
+    writer: ResourceAny,
+    call: Call,
+) -> Task<'a> {
+    let request = match call {
+        Call::One(request) => request,
+        Call::DurableBatches(DurableBatches {
+            batches, replies, ..
+        }) => {
+            return Box::pin(async move {
+                let r = writer_api
+                    .call_commit_batches_durable(acc, writer, batches)
+                    .await;
+                let send: Answer = Box::new(move || answer_batches(replies, r));
+                send
+            });
+        }
+    };
+    match request {
+        Request::CommitManyDurable { records, reply, .. } => Box::pin(async move {
+            let r = writer_api
+                .call_commit_many_durable(acc, writer, records)
+                .await;
+            answer_with(reply, answer(r, from_wit_range))
+        }),
+        Request::Flush { reply } => Box::pin(async move {
+            let r = writer_api.call_flush(acc, writer).await;
+            answer_with(reply, answer(r, |()| ()))
+        }),
+        Request::CommitMany { records, reply } => Box::pin(async move {
+            let r = writer_api.call_commit_many(acc, writer, records).await;
+            answer_with(reply, answer(r, from_wit_range))
+        }),
+        Request::VisibleRecords {
+            first_seq,
+            limit,
+            reply,
+        } => Box::pin(async move {
+            let r = writer_api
+                .call_visible_records(acc, writer, first_seq, limit)
+                .await;
+            answer_with(reply, answer(r, from_wit_visible))
+        }),
+        Request::Retire { through, reply } => Box::pin(async move {
+            let r = writer_api
+                .call_retire_visible_through(acc, writer, through)
+                .await;
+            answer_with(reply, answer(r, from_wit_retirement))
+        }),
+        Request::Stats { reply } => Box::pin(async move {
+            let r = writer_api.call_stats(acc, writer).await;
+            answer_with(reply, answer(r.map(Ok), from_wit_stats))
+        }),
+        Request::Checkpoint { through, reply } => Box::pin(async move {
+            let r = writer_api.call_checkpoint(acc, writer, through).await;
+            answer_with(reply, answer(r, |()| ()).map_err(as_retention_error))
+        }),
+        Request::TruncateThrough { through, reply } => Box::pin(async move {
+            let r = writer_api.call_truncate_through(acc, writer, through).await;
+            answer_with(reply, answer(r, from_wit_truncation))
+        }),
+        Request::Segments { reply } => Box::pin(async move {
+            let r = writer_api.call_segments(acc, writer).await;
+            answer_with(
+                reply,
+                answer(r.map(Ok), |seqs: Vec<u64>| {
+                    seqs.into_iter().map(LogSeq).collect()
+                }),
+            )
+        }),
+    }
+}
