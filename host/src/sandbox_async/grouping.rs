@@ -1,7 +1,8 @@
 //! The sandboxed driver's grouping policy, apart from the store it drives: which queued
-//! durable commits travel as one guest call ([`gather_durable_commits`], a pure function), and
-//! the hold that lets the threads a group answered come back before the run goes on
-//! ([`Departures`]). The guest's group commit (`stele::wal::group_commit`) then groups what
+//! durable commits travel as one guest call ([`gather_durable_commits`], a pure function), how
+//! long a run collects a group's answers before sending them ([`AnswerBurst`], a pure state
+//! machine), and the hold that lets the threads a group answered come back before the run goes
+//! on ([`Departures`]). Each has deterministic unit tests here or in `super::tests`. The guest's group commit (`stele::wal::group_commit`) then groups what
 //! these calls stage; these rules only decide how callers reach it.
 
 use std::future::Future;
@@ -77,6 +78,42 @@ impl<F: Future + Unpin> Future for HeldForDepartures<F> {
     }
 }
 
+/// How long a run collects the answers of one group before it sends any. The calls a group
+/// completes finish about one per turn of the store: the run takes turns while they bring
+/// answers, at most one per call that was in flight when the first answer came (no timer),
+/// then sends them together. Callers answered in one burst come back together and stage into
+/// one group; answers sent between guest turns came back staggered, and the first caller back
+/// led a group of one.
+#[derive(Debug)]
+pub(super) struct AnswerBurst {
+    turns_max: usize,
+    turns_taken: usize,
+    collected: usize,
+}
+
+impl AnswerBurst {
+    /// A burst that starts with one answer, `in_flight` calls still running.
+    pub(super) fn begin(in_flight: usize) -> AnswerBurst {
+        AnswerBurst {
+            turns_max: in_flight,
+            turns_taken: 0,
+            collected: 1,
+        }
+    }
+
+    /// With `collected` answers in hand: take another turn of the store? No once a turn brought
+    /// none, or once every call that was in flight had its turn.
+    pub(super) fn another_turn(&mut self, collected: usize) -> bool {
+        let quiet = self.turns_taken > 0 && collected == self.collected;
+        self.collected = collected;
+        if quiet || self.turns_taken == self.turns_max {
+            return false;
+        }
+        self.turns_taken += 1;
+        true
+    }
+}
+
 /// What one guest call serves: one request, or the durable commits of several callers.
 pub(super) enum Call {
     One(Request),
@@ -146,4 +183,71 @@ pub(super) fn gather_durable_commits(
             call => call,
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::AtomicUsize;
+    use std::task::Wake;
+
+    use super::*;
+
+    #[test]
+    fn a_burst_ends_at_the_first_quiet_turn() {
+        let mut burst = AnswerBurst::begin(5);
+        assert!(burst.another_turn(1), "the first turn is always taken");
+        assert!(burst.another_turn(3), "it brought two");
+        assert!(!burst.another_turn(3), "it brought none");
+    }
+
+    #[test]
+    fn a_burst_takes_at_most_one_turn_per_call_in_flight() {
+        let mut burst = AnswerBurst::begin(2);
+        assert!(burst.another_turn(1));
+        assert!(burst.another_turn(2));
+        assert!(
+            !burst.another_turn(3),
+            "two calls were in flight: two turns"
+        );
+        assert!(
+            !AnswerBurst::begin(0).another_turn(1),
+            "nothing else in flight"
+        );
+    }
+
+    struct CountWakes(AtomicUsize);
+
+    impl Wake for CountWakes {
+        fn wake(self: Arc<Self>) {
+            self.0.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+
+    #[test]
+    fn a_run_is_held_until_every_answered_thread_has_left_and_the_last_wakes_it() {
+        let departures = Departures::default();
+        let wakes = Arc::new(CountWakes(AtomicUsize::new(0)));
+        let waker = Waker::from(wakes.clone());
+        let mut cx = Context::from_waker(&waker);
+        assert!(
+            departures.poll_all_left(&mut cx).is_ready(),
+            "nobody answered"
+        );
+        departures.answered();
+        departures.answered();
+        assert!(departures.poll_all_left(&mut cx).is_pending());
+        departures.left();
+        assert_eq!(
+            wakes.0.load(Ordering::SeqCst),
+            0,
+            "one answer is still untaken"
+        );
+        departures.left();
+        assert_eq!(
+            wakes.0.load(Ordering::SeqCst),
+            1,
+            "the last to leave wakes the run"
+        );
+        assert!(departures.poll_all_left(&mut cx).is_ready());
+    }
 }

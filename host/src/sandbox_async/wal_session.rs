@@ -25,7 +25,7 @@ use tokio::sync::mpsc;
 use wasmtime::Store;
 use wasmtime::component::ResourceAny;
 
-use super::grouping::{Call, DurableBatches, gather_durable_commits};
+use super::grouping::{AnswerBurst, Call, DurableBatches, gather_durable_commits};
 use super::posted_io::block_on_sending_io;
 use super::store_driver::{Reply, Run, Served};
 use crate::bindings::engine_async::EngineAsync;
@@ -266,21 +266,13 @@ impl WalSession {
                         tokio::select! {
                             biased;
                             Some(first) = in_flight.next() => {
-                                // A group's callers finish about one per turn of the store.
-                                // Collect them all (turns continue while they bring answers; at
-                                // most one per call in flight, no timer), then answer them
-                                // together: callers answered in one burst come back together
-                                // and stage into one group, where answers trickled out between
-                                // guest turns would come back staggered.
+                                // Collected as one burst (see `AnswerBurst`), then sent.
                                 let mut answers = vec![first];
-                                for _ in 0..in_flight.len() {
+                                let mut burst = AnswerBurst::begin(in_flight.len());
+                                while burst.another_turn(answers.len()) {
                                     tokio::task::yield_now().await;
-                                    let before = answers.len();
                                     while let Some(Some(more)) = in_flight.next().now_or_never() {
                                         answers.push(more);
-                                    }
-                                    if answers.len() == before {
-                                        break;
                                     }
                                 }
                                 let mut broken = None;
