@@ -416,7 +416,7 @@ impl PushLog {
         self.ensure_open(&mut state)?;
         let bytes_before = state.clean_end;
         let io = ReadyIo(Arc::clone(&self.vfs));
-        let staged = replace::begin(&io, &self.compacting_path(), &self.path).map_err(cause)?;
+        let staged = replace::begin(&io, &self.compacting_path(), &self.path)?;
         // Streamed: one compacted frame in memory at a time, written as it fills.
         let mut stager = Stager {
             file: &**staged.file(),
@@ -449,7 +449,7 @@ impl PushLog {
         if finish == Finish::AfterStage {
             return Ok(report(finish));
         }
-        let sealed = complete_now(staged.seal(&io)).map_err(cause)?;
+        let sealed = complete_now(staged.seal(&io))?;
         if finish == Finish::AfterStageSync {
             return Ok(report(finish));
         }
@@ -459,13 +459,13 @@ impl PushLog {
         // failed rename is not known to have left the name alone on every backend.
         state.file = None;
         state.dir_sync_pending = true;
-        let renamed = sealed.rename(&io).map_err(cause)?;
+        let renamed = sealed.rename(&io)?;
         // Both leave the same disk state (renamed, directory not synced); the reference names
         // the two crash points separately, so both stay.
         if matches!(finish, Finish::AfterRename | Finish::BeforeDirSync) {
             return Ok(report(finish));
         }
-        complete_now(renamed.sync_dir(&io)).map_err(cause)?;
+        complete_now(renamed.sync_dir(&io))?;
         state.dir_sync_pending = false;
         tracing::info!(
             path = %self.path,
@@ -618,7 +618,9 @@ pub(crate) fn scan_frames(
     }
 }
 
-/// A replacement step's error, as the push log reports it: the storage error of that step.
-fn cause(error: ReplaceError) -> PushLogError {
-    PushLogError::from(error.cause)
+/// A compaction's replacement step failed: the push log reports that step's storage error.
+impl From<ReplaceError> for PushLogError {
+    fn from(error: ReplaceError) -> Self {
+        PushLogError::from(error.cause)
+    }
 }

@@ -80,16 +80,6 @@ pub(crate) enum Request {
     },
 }
 
-impl Request {
-    /// The call is answered only after a sync has returned.
-    pub(crate) fn awaits_sync(&self) -> bool {
-        matches!(
-            self,
-            Request::CommitManyDurable { .. } | Request::Flush { .. }
-        )
-    }
-}
-
 /// The WAL's instance and everything needed to serve it, handed from thread to thread.
 pub(super) struct WalSession {
     pub(super) store: Store<GuestState>,
@@ -226,7 +216,10 @@ impl Served for WalSession {
     type Error = WalError;
 
     fn awaits_sync(request: &Request) -> bool {
-        request.awaits_sync()
+        matches!(
+            request,
+            Request::CommitManyDurable { .. } | Request::Flush { .. }
+        )
     }
 
     fn serve(self: Box<Self>, calls_outstanding: Arc<AtomicUsize>) -> Run<Self> {
