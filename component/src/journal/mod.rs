@@ -36,16 +36,20 @@ pub use replay::{JournalRecovery, replay, replay_file};
 pub use tokio_writer::{BlockingJournal, Writer};
 pub use writer::{APPEND_BYTES_MAX, JournalFile, check_append};
 
-use crate::header::HeaderError;
+use crate::frame::appender::{FramedFormat, OpenError};
+use crate::header::{Family, HeaderError};
 use crate::vfs::VfsError;
 
 /// The journal format version this build reads and writes.
 pub const JOURNAL_VERSION: u16 = 1;
 
-/// The advisory lock file that guards the journal at `path`.
-pub fn lock_path(path: &str) -> String {
-    format!("{path}.lock")
-}
+/// A journal file's header: family journal, [`JOURNAL_VERSION`].
+pub const JOURNAL_FORMAT: FramedFormat = FramedFormat {
+    family: Family::Journal,
+    version: JOURNAL_VERSION,
+};
+
+pub use crate::frame::appender::lock_path;
 
 /// Why a journal call failed.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -129,4 +133,23 @@ pub enum JournalError {
         /// How the handle was lost.
         why: String,
     },
+}
+
+/// Opening a journal's file failed, in the journal's terms.
+impl From<OpenError> for JournalError {
+    fn from(error: OpenError) -> Self {
+        match error {
+            OpenError::Vfs(cause) => JournalError::Vfs(cause),
+            OpenError::BadHeader(cause) => JournalError::BadHeader(cause),
+            OpenError::Corrupt {
+                offset,
+                valid_frame_at,
+            } => JournalError::Corrupt {
+                offset,
+                valid_frame_at,
+            },
+            OpenError::Locked { lock_path } => JournalError::Locked { lock_path },
+            OpenError::NoHandle { why } => JournalError::NoHandle { why },
+        }
+    }
 }

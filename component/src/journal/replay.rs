@@ -2,12 +2,13 @@
 //! of frames, a torn tail is reported (the writer cuts it before appending), damage followed by a
 //! valid frame is refused with its offset.
 
-use crate::frame::{FrameReader, Next, ScanEnd};
-use crate::header::{Family, FileHeader, HEADER_BYTES};
+use crate::frame::ScanEnd;
+use crate::frame::appender::scan_frames;
+use crate::header::HEADER_BYTES;
 use crate::vfs::{OpenMode, SyncKind, Vfs, VfsError, VfsFile};
 
 use super::ops::for_each_op_in_body;
-use super::{JOURNAL_VERSION, JournalError, JournalOp, lock_path};
+use super::{JOURNAL_FORMAT, JournalError, JournalOp, lock_path};
 
 /// Where a journal's valid prefix ends.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -94,55 +95,45 @@ pub(crate) fn scan(
     file: &dyn VfsFile,
     mut on_frame: impl FnMut(u64, &[u8]) -> Result<u64, JournalError>,
 ) -> Result<JournalRecovery, JournalError> {
-    let file_len = file.len()?;
-    let mut recovery = JournalRecovery {
-        file_len,
-        ..JournalRecovery::empty()
-    };
-    if file_len == 0 {
-        return Ok(recovery);
-    }
-    if file_len < HEADER_BYTES as u64 {
-        // The header is written with the first append and synced with it; a shorter file is
-        // an append that crashed before its sync returned, and nothing in it was acknowledged.
-        recovery.torn_tail = true;
-        return Ok(recovery);
-    }
-    let mut header = [0u8; HEADER_BYTES];
-    file.read_exact_at(0, &mut header)?;
-    FileHeader::decode_expecting(&header, Family::Journal, JOURNAL_VERSION)?;
-    recovery.has_header = true;
-    let mut frames = FrameReader::new(HEADER_BYTES as u64, file_len);
-    loop {
-        match frames.next_frame(file)? {
-            Next::Frame { offset, body } => recovery.ops += on_frame(offset, body)?,
-            Next::End(ScanEnd::Clean { end }) => {
-                recovery.valid_end = end;
-                break;
-            }
-            Next::End(ScanEnd::TornTail { valid_end, .. }) => {
-                recovery.valid_end = valid_end;
-                recovery.torn_tail = true;
-                break;
-            }
-            Next::End(ScanEnd::Corrupt {
+    let mut ops = 0;
+    let end = scan_frames(file, JOURNAL_FORMAT, |offset, body| {
+        ops += on_frame(offset, body)?;
+        Ok::<_, JournalError>(())
+    })?;
+    let (valid_end, file_len, torn_tail) = match end {
+        ScanEnd::Clean { end } => (end, end, false),
+        ScanEnd::TornTail {
+            valid_end,
+            file_len,
+            ..
+        } => (valid_end, file_len, true),
+        ScanEnd::Corrupt {
+            offset,
+            valid_frame_at,
+        } => {
+            return Err(JournalError::Corrupt {
                 offset,
                 valid_frame_at,
-            }) => {
-                return Err(JournalError::Corrupt {
-                    offset,
-                    valid_frame_at,
-                });
-            }
+            });
         }
-    }
-    Ok(recovery)
+    };
+    Ok(JournalRecovery {
+        ops,
+        valid_end,
+        file_len,
+        torn_tail,
+        // A shorter file is a first append that never completed (reported as a torn tail at
+        // byte 0); a longer one had its header checked by the scan.
+        has_header: file_len >= HEADER_BYTES as u64,
+        tail_truncated: false,
+    })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::header::HeaderError;
+    use crate::header::{Family, FileHeader, HeaderError};
+    use crate::journal::JOURNAL_VERSION;
     use crate::journal::encode_frames;
     use crate::vfs::MemVfs;
 

@@ -8,25 +8,24 @@
 //! its `vfs-async` imports through the same methods.
 //!
 //! The invariants, whatever fails:
-//! - the file ends at a whole op, `clean_end`, before and after every call that returns: a
-//!   failed append is cut back to it, and if the cut itself fails, the next append cuts first;
-//! - an append is acknowledged only after its bytes, the header before them and the directory
-//!   entry that names the file are all durable;
+//! - the file ends at a whole op, `clean_end`, before and after every call that returns, and an
+//!   append is acknowledged only after its bytes, the header before them and the directory
+//!   entry that names the file are all durable (both kept by [`FramedAppender`], which the
+//!   push log shares);
 //! - a compaction either leaves the journal and the writer as they were, or replaces both.
 
 use std::sync::Arc;
 
-use crate::frame;
-use crate::header::{Family, FileHeader, HEADER_BYTES};
-use crate::vfs::replace::{COMPACTING_SUFFIX, ReplaceStage, replace_file};
-use crate::vfs::{
-    DeviceIo, OpenMode, ReadyIo, SyncKind, Vfs, VfsError, VfsFile, VfsLock, complete_now,
-    parent_dir,
+use crate::frame::{
+    self,
+    appender::{AppendError, FramedAppender},
 };
+use crate::header::HEADER_BYTES;
+use crate::vfs::replace::{COMPACTING_SUFFIX, ReplaceStage, replace_file};
+use crate::vfs::{DeviceIo, ReadyIo, Vfs, complete_now};
 
 use super::ops::{batch_body_bytes, check_frames, for_each_op_in_body, push_batch_frame};
-use super::replay::scan;
-use super::{JOURNAL_VERSION, JournalError, lock_path};
+use super::{JOURNAL_FORMAT, JournalError};
 
 /// The most bytes one multi-op append may carry (about; the exact bound is on the batch frame
 /// it becomes, which holds each op with a 4-byte length instead of its 8-byte frame header):
@@ -39,31 +38,13 @@ pub const APPEND_BYTES_MAX: usize = frame::BODY_BYTES_MAX - 1;
 /// append does not pin its size for the writer's life. Batches up to it reuse the allocation.
 const BATCH_SCRATCH_KEEP_BYTES: usize = 4 << 20;
 
-/// An open journal, held exclusively (its `<path>.lock`) until dropped.
+/// An open journal, held exclusively (its `<path>.lock`) until dropped. Its file's lifecycle
+/// (lock, torn tail, lazy header, pending directory sync, rollback) is the
+/// [`FramedAppender`]'s; this adds the ops: their checks, the batch frame, and compaction to a
+/// snapshot.
 #[derive(Debug)]
 pub struct JournalFile<Io: DeviceIo> {
-    io: Io,
-    path: String,
-    /// `None` only after a compaction renamed the new journal into place but could not open it;
-    /// `lost` says why, and every later call is refused with it.
-    file: Option<Io::File>,
-    lost: Option<String>,
-    _lock: Box<dyn VfsLock>,
-    /// Where the last whole op ends: the file's length after every call that returns.
-    clean_end: u64,
-    /// Whether the file starts with its header. False while it is zero bytes: the header is
-    /// written with the first append, so a journal opened and never used stays zero bytes.
-    header_written: bool,
-    /// A failed append could not be cut back to `clean_end`. Writes land at `clean_end`, not
-    /// at the end of the file, but a shorter retry would leave the failed append's tail after
-    /// it, where recovery could read it back: the next append cuts first.
-    tail_dirty: bool,
-    /// The directory entry naming the file is not known to be durable: from `open` (an earlier
-    /// writer may have created or compacted the file and failed before its directory sync
-    /// returned) until the first append, and after a compaction whose directory sync failed.
-    /// The next append syncs the directory before it writes, so nothing is acknowledged in a
-    /// file that a crash could unname.
-    dir_sync_pending: bool,
+    file: FramedAppender<Io>,
     /// Where a multi-op append's batch frame is built; reused across appends.
     batch_scratch: Vec<u8>,
 }
@@ -91,43 +72,19 @@ impl<Io: DeviceIo> JournalFile<Io> {
     /// Opens (creating if missing) the journal at `path` for appending. Takes the advisory lock
     /// `<path>.lock` first ([`JournalError::Locked`] if another writer holds it), refuses a
     /// header of another family or version, and scans the ops: corruption followed by a valid
-    /// op is refused ([`JournalError::Corrupt`]); a torn tail is cut, and the cut is synced, so
-    /// appends start at a whole op.
+    /// op is refused ([`JournalError::Corrupt`]), and so is a frame that holds no well-formed op
+    /// ([`JournalError::MalformedOp`]); a torn tail is cut, and the cut is synced, so appends
+    /// start at a whole op.
     pub async fn open(io: Io, path: &str) -> Result<Self, JournalError> {
-        let lock_path = lock_path(path);
-        let lock = io.vfs().lock_exclusive(&lock_path).map_err(|e| match e {
-            VfsError::Locked(_) => JournalError::Locked { lock_path },
-            other => JournalError::Vfs(other),
-        })?;
-        let file = io.open(path, OpenMode::Create)?;
-        let recovery = scan(&file, |offset, body| {
-            let mut ops = 0;
-            for_each_op_in_body(body, |_| ops += 1).map_err(|why| JournalError::MalformedOp {
+        let file = FramedAppender::open(io, path, JOURNAL_FORMAT, |offset, body| {
+            for_each_op_in_body(body, |_| ()).map_err(|why| JournalError::MalformedOp {
                 offset,
                 why: why.into(),
-            })?;
-            Ok(ops)
-        })?;
-        if recovery.torn_tail {
-            file.set_len(recovery.valid_end)?;
-            io.sync(&file, SyncKind::Data).await?;
-        }
+            })
+        })
+        .await?;
         Ok(JournalFile {
-            io,
-            path: path.to_owned(),
-            file: Some(file),
-            lost: None,
-            _lock: lock,
-            clean_end: recovery.valid_end,
-            header_written: recovery.has_header,
-            tail_dirty: false,
-            // Whatever this call found: a headerless file may be one an earlier writer created
-            // and never appended to, whose entry no one synced (found by the model test: open,
-            // reopen, append, power loss lost the append); and a file with ops may be one an
-            // earlier writer's compaction renamed into place before its directory sync failed
-            // (found by the crash matrix's fault schedule). Nothing records which, so the first
-            // append syncs the directory: one directory sync per writer.
-            dir_sync_pending: true,
+            file,
             batch_scratch: Vec::new(),
         })
     }
@@ -135,7 +92,8 @@ impl<Io: DeviceIo> JournalFile<Io> {
     /// Appends `bytes` (whole op frames, as [`super::encode_frames`] makes them) and makes them
     /// durable: when this returns `Ok`, the ops, the header before them (written with the first
     /// append) and the file's directory entry have all been synced (`fdatasync`, and the
-    /// parent directory's fsync when the entry is new). Empty `bytes` write nothing.
+    /// parent directory's fsync when the entry is not yet known durable). Empty `bytes` write
+    /// nothing.
     ///
     /// Atomic: after a crash, recovery sees all of the append's ops or none of them (several
     /// ops are written as one batch frame; at most [`APPEND_BYTES_MAX`] bytes, else
@@ -147,7 +105,7 @@ impl<Io: DeviceIo> JournalFile<Io> {
     /// cut succeeded (if not, the next append makes it first). None of the failed append's ops
     /// are acknowledged; a retry writes them again at the same offset.
     pub async fn append(&mut self, bytes: &[u8]) -> Result<(), JournalError> {
-        self.handle()?;
+        self.refuse_if_lost()?;
         let ops = check_append(bytes)?;
         if bytes.is_empty() {
             return Ok(());
@@ -161,57 +119,11 @@ impl<Io: DeviceIo> JournalFile<Io> {
         } else {
             bytes
         };
-        let file = self.file.as_ref().expect("checked by handle()");
-        if self.dir_sync_pending {
-            self.io
-                .sync_dir(parent_dir(&self.path))
-                .await
-                .map_err(|cause| JournalError::AppendFailed {
-                    cause,
-                    rolled_back: true,
-                })?;
-            self.dir_sync_pending = false;
-        }
-        if self.tail_dirty {
-            file.set_len(self.clean_end)
-                .map_err(|cause| JournalError::AppendFailed {
-                    cause,
-                    rolled_back: false,
-                })?;
-            self.tail_dirty = false;
-        }
-        let start = self.clean_end;
-        let mut result = Ok(());
-        let mut data_at = start;
-        if !self.header_written {
-            result = self.io.write_at(file, 0, &journal_header()).await;
-            data_at = HEADER_BYTES as u64;
-        }
-        if result.is_ok() {
-            result = self.io.write_at(file, data_at, data).await;
-        }
-        if result.is_ok() {
-            result = self.io.sync(file, SyncKind::Data).await;
-        }
-        let written = data.len() as u64;
+        let result = self.file.append(&[data]).await;
         if self.batch_scratch.capacity() > BATCH_SCRATCH_KEEP_BYTES {
             self.batch_scratch = Vec::new();
         }
-        match result {
-            Ok(()) => {
-                self.clean_end = data_at + written;
-                self.header_written = true;
-                Ok(())
-            }
-            Err(cause) => {
-                // The cut needs no sync of its own: until the next successful append's sync,
-                // a crash may keep bytes past `start`, but they are the unacknowledged ops of
-                // this call, which recovery either reads whole or cuts as a torn tail.
-                let rolled_back = file.set_len(start).is_ok();
-                self.tail_dirty = !rolled_back;
-                Err(JournalError::AppendFailed { cause, rolled_back })
-            }
-        }
+        result.map(drop).map_err(JournalError::from)
     }
 
     /// Atomically replaces the journal with `snapshot` (whole op frames, as
@@ -229,86 +141,68 @@ impl<Io: DeviceIo> JournalFile<Io> {
     ///   and this writer appends to it, but a crash may still bring back the old one until a
     ///   directory sync succeeds; the next append retries it before writing.
     pub async fn compact(&mut self, snapshot: &[u8]) -> Result<(), JournalError> {
-        self.handle()?;
+        self.refuse_if_lost()?;
         check_frames(snapshot).map_err(|(offset, why)| JournalError::MalformedAppend {
             offset,
             why: why.into(),
         })?;
-        let staged = format!("{}{COMPACTING_SUFFIX}", self.path);
-        let header = journal_header();
+        let path = self.file.path().to_owned();
+        let staged = format!("{path}{COMPACTING_SUFFIX}");
+        let header = JOURNAL_FORMAT.header();
         // A snapshot of no ops is a zero-byte journal, like one never appended to.
         let parts: &[(u64, &[u8])] = if snapshot.is_empty() {
             &[]
         } else {
             &[(0, &header), (HEADER_BYTES as u64, snapshot)]
         };
-        let replaced = replace_file(&self.io, &staged, &self.path, parts).await;
-        let dir_synced = match replaced {
-            Ok(()) => true,
-            // The rename is refused as a whole on every backend this writer runs on, so a failed
-            // one leaves the old journal, and this writer, as they were.
+        let len = parts.iter().map(|(_, part)| part.len() as u64).sum();
+        let replaced = replace_file(self.file.io(), &staged, &path, parts).await;
+        let not_durable = match replaced {
+            Ok(()) => None,
+            // The rename is refused as a whole on every backend this writer runs on, so a
+            // failed one leaves the old journal, and this writer, as they were.
             Err(error) if error.stage <= ReplaceStage::Rename => {
                 return Err(JournalError::CompactFailed { cause: error.cause });
             }
             Err(error) => {
                 debug_assert_eq!(error.stage, ReplaceStage::SyncDir);
-                self.adopt_compacted(snapshot.len())?;
-                self.dir_sync_pending = true;
-                return Err(JournalError::CompactNotDurable { cause: error.cause });
+                Some(error.cause)
             }
         };
-        self.adopt_compacted(snapshot.len())?;
-        self.dir_sync_pending = !dir_synced;
-        tracing::info!(path = %self.path, bytes = self.clean_end, "journal compacted");
-        Ok(())
-    }
-
-    /// After a compaction's rename: the old handle names the replaced file, so it is dropped
-    /// before anything can use it, and the journal is reopened with the snapshot's shape.
-    fn adopt_compacted(&mut self, snapshot_bytes: usize) -> Result<(), JournalError> {
-        self.file = None;
-        match self.io.open(&self.path, OpenMode::Existing) {
-            Ok(file) => self.file = Some(file),
-            Err(cause) => {
-                let why = format!("reopening {} after compaction failed: {cause}", self.path);
-                self.lost = Some(why.clone());
-                return Err(JournalError::NoHandle { why });
-            }
+        // The old handle names the replaced file: the appender drops it before anything can
+        // use it. The journal's rule for a failed reopen: no handle, for good.
+        if let Err(cause) = self.file.adopt_replacement(len, not_durable.is_none()) {
+            let why = format!("reopening {path} after compaction failed: {cause}");
+            self.file.lose_handle(why.clone());
+            return Err(JournalError::NoHandle { why });
         }
-        self.header_written = snapshot_bytes > 0;
-        self.clean_end = if snapshot_bytes == 0 {
-            0
-        } else {
-            (HEADER_BYTES + snapshot_bytes) as u64
-        };
-        self.tail_dirty = false;
+        if let Some(cause) = not_durable {
+            return Err(JournalError::CompactNotDurable { cause });
+        }
+        tracing::info!(path = %path, bytes = len, "journal compacted");
         Ok(())
     }
 
-    fn handle(&self) -> Result<(), JournalError> {
-        match (&self.file, &self.lost) {
-            (Some(_), _) => Ok(()),
-            (None, why) => Err(JournalError::NoHandle {
-                why: why
-                    .clone()
-                    .unwrap_or_else(|| "the writer has no handle".into()),
-            }),
+    fn refuse_if_lost(&self) -> Result<(), JournalError> {
+        match self.file.lost() {
+            None => Ok(()),
+            Some(why) => Err(JournalError::NoHandle { why: why.into() }),
         }
     }
 
     /// The journal's path.
     pub fn path(&self) -> &str {
-        &self.path
+        self.file.path()
     }
 
     /// The file's length: where the last whole op ends.
     pub fn clean_end(&self) -> u64 {
-        self.clean_end
+        self.file.clean_end()
     }
 
     /// Whether the header has been written (false while the journal is zero bytes).
     pub fn header_written(&self) -> bool {
-        self.header_written
+        self.file.header_written()
     }
 }
 
@@ -329,13 +223,16 @@ impl JournalFile<ReadyIo> {
     }
 }
 
-fn journal_header() -> [u8; HEADER_BYTES] {
-    FileHeader {
-        family: Family::Journal,
-        version: JOURNAL_VERSION,
-        family_word: 0,
+/// An append that failed, in the journal's terms.
+impl From<AppendError> for JournalError {
+    fn from(error: AppendError) -> Self {
+        match error {
+            AppendError::Reopen(error) => error.into(),
+            AppendError::Failed { cause, rolled_back } => {
+                JournalError::AppendFailed { cause, rolled_back }
+            }
+        }
     }
-    .encode()
 }
 
 #[cfg(test)]

@@ -35,15 +35,20 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use arrow_array::RecordBatch;
 use arrow_schema::SchemaRef;
 
+use crate::frame::appender::{self, AppendError, FramedAppender, FramedFormat, OpenError};
 use crate::frame::{self, FrameReader, Next, ScanEnd};
-use crate::header::{Family, FileHeader, HEADER_BYTES, HeaderError};
+use crate::header::{Family, HEADER_BYTES, HeaderError};
 use crate::vfs::replace::{self, ReplaceError};
-use crate::vfs::{
-    OpenMode, ReadyIo, SyncKind, Vfs, VfsError, VfsFile, VfsLock, complete_now, parent_dir,
-};
+use crate::vfs::{OpenMode, ReadyIo, Vfs, VfsError, VfsFile, complete_now};
 
 /// The push-log format version this build reads and writes.
 pub const PUSH_LOG_VERSION: u16 = 1;
+
+/// A push-log file's header: family push-log, [`PUSH_LOG_VERSION`].
+pub const PUSH_LOG_FORMAT: FramedFormat = FramedFormat {
+    family: Family::PushLog,
+    version: PUSH_LOG_VERSION,
+};
 
 pub use crate::vfs::replace::COMPACTING_SUFFIX;
 
@@ -165,39 +170,13 @@ pub struct PushLog {
     vfs: Arc<dyn Vfs>,
     path: String,
     schema: SchemaRef,
-    writer: Mutex<WriterState>,
+    /// The file appends go to, opened (and locked) by the first write. Its lifecycle (torn
+    /// tail, lazy header, pending directory sync, rollback, the reopen after a compaction) is
+    /// the [`FramedAppender`]'s, shared with the journal.
+    writer: Mutex<Option<FramedAppender<ReadyIo>>>,
 }
 
-/// The open file appends go to. Opened by the first write, reset by compaction (whose rename
-/// leaves the handle naming the replaced file).
-#[derive(Debug, Default)]
-struct WriterState {
-    lock: Option<Box<dyn VfsLock>>,
-    file: Option<Box<dyn VfsFile>>,
-    /// Where the last whole frame ends.
-    clean_end: u64,
-    /// A failed append could not be cut back: the next one cuts first.
-    tail_dirty: bool,
-    /// The file's directory entry is not known durable yet: from taking the lock (an earlier
-    /// writer may have created or compacted the file and failed before its directory sync
-    /// returned) until the first push, and after a compaction until its directory sync
-    /// returns. The next append syncs the directory before it writes, so no push is
-    /// acknowledged in a file that a crash could unname.
-    dir_sync_pending: bool,
-}
-
-fn lock_state(m: &Mutex<WriterState>) -> MutexGuard<'_, WriterState> {
-    m.lock().unwrap_or_else(PoisonError::into_inner)
-}
-
-fn push_log_header() -> [u8; HEADER_BYTES] {
-    FileHeader {
-        family: Family::PushLog,
-        version: PUSH_LOG_VERSION,
-        family_word: 0,
-    }
-    .encode()
-}
+type WriterGuard<'a> = MutexGuard<'a, Option<FramedAppender<ReadyIo>>>;
 
 impl PushLog {
     /// A push log at `path` in `vfs` whose batches have `schema`. Touches nothing: a log that is
@@ -207,7 +186,7 @@ impl PushLog {
             vfs,
             path: path.into(),
             schema,
-            writer: Mutex::new(WriterState::default()),
+            writer: Mutex::new(None),
         }
     }
 
@@ -260,87 +239,34 @@ impl PushLog {
     /// Writes one frame holding `body`, a checked IPC stream of the log's schema, and syncs it.
     fn append_body(&self, body: &[u8]) -> Result<u64, PushLogError> {
         check_push_size(body.len())?;
-        let mut state = lock_state(&self.writer);
-        self.ensure_open(&mut state)?;
-        let start = state.clean_end;
-        let mut bytes = Vec::with_capacity(HEADER_BYTES + frame::FRAME_HEADER_BYTES + body.len());
-        if start == 0 {
-            bytes.extend_from_slice(&push_log_header());
-        }
-        let frame_at = start + bytes.len() as u64;
-        frame::push_frame(&mut bytes, |out| out.extend_from_slice(body));
-        let fail = |state: &mut WriterState, cause: VfsError| {
-            let file = state.file.as_ref().expect("opened above");
-            let rolled_back = file.set_len(start).is_ok();
-            state.tail_dirty = !rolled_back;
-            PushLogError::AppendFailed { cause, rolled_back }
-        };
-        if state.dir_sync_pending {
-            // Before writing, so that a failure leaves nothing to roll back.
-            self.vfs.sync_dir(parent_dir(&self.path)).map_err(|cause| {
-                PushLogError::AppendFailed {
-                    cause,
-                    rolled_back: true,
-                }
-            })?;
-            state.dir_sync_pending = false;
-        }
-        let file = state.file.as_ref().expect("opened above");
-        if let Err(cause) = file
-            .write_at(start, &bytes)
-            .and_then(|()| file.sync(SyncKind::Data))
-        {
-            return Err(fail(&mut state, cause));
-        }
-        state.clean_end = start + bytes.len() as u64;
+        let mut writer = self.lock_writer();
+        let appender = self.open_writer(&mut writer)?;
+        // The frame header and the body go out as two writes: no copy of the body.
+        let frame_at = complete_now(appender.append(&[&frame::frame_header(body), body]))?;
         Ok(frame_at)
     }
 
-    /// Opens the log for appending, once: takes the lock, opens or creates the file, checks the
-    /// header, finds the last whole frame and cuts anything after it.
-    fn ensure_open(&self, state: &mut WriterState) -> Result<(), PushLogError> {
-        if state.lock.is_none() {
-            let lock_path = format!("{}.lock", self.path);
-            state.lock = Some(self.vfs.lock_exclusive(&lock_path).map_err(|e| match e {
-                VfsError::Locked(_) => PushLogError::Locked { lock_path },
-                other => PushLogError::Vfs(other),
-            })?);
-            // Whatever this writer finds: an empty file may be one an earlier writer created
-            // and never pushed to, whose entry no one synced, and a file with frames may be one
-            // an earlier writer's compaction renamed into place before its directory sync
-            // failed. Nothing records which, so this writer's first push syncs the directory.
-            state.dir_sync_pending = true;
+    fn lock_writer(&self) -> WriterGuard<'_> {
+        self.writer.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The writer's appender, opened by the first write: takes the lock, opens or creates the
+    /// file, checks the header, finds the last whole frame and cuts anything after it.
+    fn open_writer<'a>(
+        &self,
+        writer: &'a mut WriterGuard<'_>,
+    ) -> Result<&'a mut FramedAppender<ReadyIo>, PushLogError> {
+        if writer.is_none() {
+            let io = ReadyIo(Arc::clone(&self.vfs));
+            let appender = complete_now(FramedAppender::open(
+                io,
+                &self.path,
+                PUSH_LOG_FORMAT,
+                |_, _| Ok::<_, OpenError>(()),
+            ))?;
+            **writer = Some(appender);
         }
-        if state.file.is_none() {
-            let file = self.vfs.open(&self.path, OpenMode::Create)?;
-            let end = scan_frames(&*file, |_, _| Ok(()))?;
-            let clean_end = match end {
-                ScanEnd::Clean { end } => end,
-                ScanEnd::TornTail { valid_end, .. } => {
-                    file.set_len(valid_end)?;
-                    file.sync(SyncKind::Data)?;
-                    valid_end
-                }
-                ScanEnd::Corrupt {
-                    offset,
-                    valid_frame_at,
-                } => {
-                    return Err(PushLogError::Corrupt {
-                        offset,
-                        valid_frame_at,
-                    });
-                }
-            };
-            state.file = Some(file);
-            state.clean_end = clean_end;
-            state.tail_dirty = false;
-        }
-        if state.tail_dirty {
-            let file = state.file.as_ref().expect("opened above");
-            file.set_len(state.clean_end)?;
-            state.tail_dirty = false;
-        }
-        Ok(())
+        Ok(writer.as_mut().expect("opened above"))
     }
 
     /// The schema of the log at `path`, read from its first frame (each frame carries it), or
@@ -412,9 +338,10 @@ impl PushLog {
     /// (the append fails with [`PushLogError::AppendFailed`], nothing written, if the sync fails
     /// again).
     pub fn compact_with(&self, finish: Finish) -> Result<CompactionReport, PushLogError> {
-        let mut state = lock_state(&self.writer);
-        self.ensure_open(&mut state)?;
-        let bytes_before = state.clean_end;
+        let mut writer = self.lock_writer();
+        let appender = self.open_writer(&mut writer)?;
+        complete_now(appender.ensure_open())?;
+        let bytes_before = appender.clean_end();
         let io = ReadyIo(Arc::clone(&self.vfs));
         let staged = replace::begin(&io, &self.compacting_path(), &self.path)?;
         // Streamed: one compacted frame in memory at a time, written as it fills.
@@ -455,10 +382,9 @@ impl PushLog {
         }
         // From here until a directory sync returns, the log's name may point at the old file
         // after a crash. Whatever fails below, the next append reopens (the handle may name the
-        // replaced file) and syncs the directory before it writes. Set before the rename: a
+        // replaced file) and syncs the directory before it writes. Said before the rename: a
         // failed rename is not known to have left the name alone on every backend.
-        state.file = None;
-        state.dir_sync_pending = true;
+        appender.replacing();
         let renamed = sealed.rename(&io)?;
         // Both leave the same disk state (renamed, directory not synced); the reference names
         // the two crash points separately, so both stay.
@@ -466,7 +392,11 @@ impl PushLog {
             return Ok(report(finish));
         }
         complete_now(renamed.sync_dir(&io))?;
-        state.dir_sync_pending = false;
+        // The compaction is whole and durable; a failed reopen only means the next append
+        // reopens (and rescans) the file itself, and reports the error if it persists.
+        if let Err(cause) = appender.adopt_replacement(bytes_after, true) {
+            tracing::warn!(path = %self.path, %cause, "reopening the compacted push log failed");
+        }
         tracing::info!(
             path = %self.path,
             frames_before,
@@ -547,7 +477,7 @@ impl Stager<'_> {
         check_push_size(body.len())?;
         let mut bytes = Vec::with_capacity(HEADER_BYTES + frame::FRAME_HEADER_BYTES + body.len());
         if self.written == 0 {
-            bytes.extend_from_slice(&push_log_header());
+            bytes.extend_from_slice(&PUSH_LOG_FORMAT.header());
         }
         frame::push_frame(&mut bytes, |out| out.extend_from_slice(&body));
         self.file.write_at(self.written, &bytes)?;
@@ -575,45 +505,47 @@ pub fn check_push_size(bytes: usize) -> Result<(), PushLogError> {
 pub(crate) fn open_frames(
     file: &dyn VfsFile,
 ) -> Result<Result<FrameReader, ScanEnd>, PushLogError> {
-    let len = file.len()?;
-    if len == 0 {
-        return Ok(Err(ScanEnd::Clean { end: 0 }));
-    }
-    if len < HEADER_BYTES as u64 {
-        // The header goes out with the first push, in the same synced write: a shorter file is
-        // a first push that never completed.
-        let mut present = [0u8; HEADER_BYTES];
-        let present = &mut present[..len as usize];
-        file.read_exact_at(0, present)?;
-        return Ok(Err(ScanEnd::TornTail {
-            valid_end: 0,
-            file_len: len,
-            nonzero_end: present
-                .iter()
-                .rposition(|&b| b != 0)
-                .map_or(0, |i| i as u64 + 1),
-        }));
-    }
-    let mut header = [0u8; HEADER_BYTES];
-    file.read_exact_at(0, &mut header)?;
-    FileHeader::decode_expecting(&header, Family::PushLog, PUSH_LOG_VERSION)?;
-    Ok(Ok(FrameReader::new(HEADER_BYTES as u64, len)))
+    Ok(appender::open_frames(file, PUSH_LOG_FORMAT)?)
 }
 
 /// Walks the frames of a push-log file, checking the header; `on_frame` sees each frame's
 /// offset and body.
 pub(crate) fn scan_frames(
     file: &dyn VfsFile,
-    mut on_frame: impl FnMut(u64, &[u8]) -> Result<(), PushLogError>,
+    on_frame: impl FnMut(u64, &[u8]) -> Result<(), PushLogError>,
 ) -> Result<ScanEnd, PushLogError> {
-    let mut reader = match open_frames(file)? {
-        Ok(reader) => reader,
-        Err(end) => return Ok(end),
-    };
-    loop {
-        match reader.next_frame(file)? {
-            Next::Frame { offset, body } => on_frame(offset, body)?,
-            Next::End(end) => return Ok(end),
+    appender::scan_frames(file, PUSH_LOG_FORMAT, on_frame)
+}
+
+/// Opening the log's file failed, in the push log's terms.
+impl From<OpenError> for PushLogError {
+    fn from(error: OpenError) -> Self {
+        match error {
+            OpenError::Vfs(cause) => PushLogError::Vfs(cause),
+            OpenError::BadHeader(cause) => PushLogError::BadHeader(cause),
+            OpenError::Corrupt {
+                offset,
+                valid_frame_at,
+            } => PushLogError::Corrupt {
+                offset,
+                valid_frame_at,
+            },
+            OpenError::Locked { lock_path } => PushLogError::Locked { lock_path },
+            // The push log never gives its handle up (a failed reopen is retried by the next
+            // call), so this is only reachable through a bug; it still reports, never panics.
+            OpenError::NoHandle { why } => PushLogError::Vfs(VfsError::Io(why)),
+        }
+    }
+}
+
+/// An append that failed, in the push log's terms.
+impl From<AppendError> for PushLogError {
+    fn from(error: AppendError) -> Self {
+        match error {
+            AppendError::Reopen(error) => error.into(),
+            AppendError::Failed { cause, rolled_back } => {
+                PushLogError::AppendFailed { cause, rolled_back }
+            }
         }
     }
 }

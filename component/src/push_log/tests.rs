@@ -207,13 +207,7 @@ fn append_ipc_stores_a_checked_stream_as_it_is_and_refuses_anything_else() {
 #[test]
 fn a_valid_frame_that_is_not_ipc_is_a_typed_error_not_an_allocation() {
     let vfs = MemVfs::new();
-    let mut bytes = FileHeader {
-        family: Family::PushLog,
-        version: PUSH_LOG_VERSION,
-        family_word: 0,
-    }
-    .encode()
-    .to_vec();
+    let mut bytes = PUSH_LOG_FORMAT.header().to_vec();
     // An IPC message claiming 2 GiB of metadata, inside a frame whose checksum holds.
     let mut body = vec![0xff, 0xff, 0xff, 0xff];
     body.extend_from_slice(&i32::MAX.to_le_bytes());

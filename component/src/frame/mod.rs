@@ -25,6 +25,8 @@
 
 use crate::vfs::{VfsError, VfsFile};
 
+pub mod appender;
+
 /// Bytes of the frame header (length + checksum).
 pub const FRAME_HEADER_BYTES: usize = 8;
 
@@ -70,6 +72,24 @@ pub fn push_frame(out: &mut Vec<u8>, write_body: impl FnOnce(&mut Vec<u8>)) -> u
     let crc = frame_checksum(&len_bytes, &out[start + FRAME_HEADER_BYTES..]);
     out[start + 4..start + 8].copy_from_slice(&crc.to_le_bytes());
     out.len() - start
+}
+
+/// The frame header (length and checksum) for `body`, for a writer that sends the header and
+/// the body as two writes rather than copying the body behind it ([`appender`] does).
+///
+/// # Panics
+/// If the body exceeds [`BODY_BYTES_MAX`], as [`push_frame`] does.
+pub fn frame_header(body: &[u8]) -> [u8; FRAME_HEADER_BYTES] {
+    assert!(
+        body.len() <= BODY_BYTES_MAX,
+        "frame body of {} bytes exceeds BODY_BYTES_MAX",
+        body.len()
+    );
+    let len_bytes = (body.len() as u32).to_le_bytes();
+    let mut header = [0u8; FRAME_HEADER_BYTES];
+    header[..4].copy_from_slice(&len_bytes);
+    header[4..].copy_from_slice(&frame_checksum(&len_bytes, body).to_le_bytes());
+    header
 }
 
 /// What [`decode`] found at the start of a buffer.
