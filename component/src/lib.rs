@@ -6,7 +6,9 @@
 //!   rollback, atomic compaction to a snapshot; a tokio writer natively.
 //! - [`push_log`]: Arrow record batches, one frame per push: recovery scan, atomic compaction,
 //!   sealing into an archive section.
-//! - [`frame`] and [`header`]: the framing and file header every family shares.
+//! - [`frame`] and [`header`]: the framing and file header every family shares, and the
+//!   framed-file writer the journal and the push log share ([`frame::appender`]).
+//! - [`recovery`]: how a log's valid prefix ends, the outcome every facet's recovery reports.
 //!
 //! The same crate builds natively (an rlib the host calls directly) and for `wasm32-wasip2`,
 //! where `guest` exports it as the `stele:log` component and its `Vfs` is the WIT `vfs` import.
@@ -17,6 +19,7 @@ pub mod frame;
 pub mod header;
 pub mod journal;
 pub mod push_log;
+pub mod recovery;
 pub mod vfs;
 pub mod wal;
 

@@ -8,9 +8,9 @@ macro_rules! wal_conversions {
 
         use stele::header::HeaderError;
         use stele::wal::{
-            DurabilityPolicy, LogSeq, Recovery, RecoveryEnd, VisibleRecord, WalOpenError,
-            WalOptions, WalRetentionError, WalRetireError, WalRetirement, WalTruncation,
-            WalWriteError, WalWriterStats,
+            DurabilityPolicy, LogEnd, LogSeq, Recovery, VisibleRecord, WalOpenError, WalOptions,
+            WalRetentionError, WalRetireError, WalRetirement, WalTruncation, WalWriteError,
+            WalWriterStats,
         };
         use $wit as wit;
 
@@ -77,9 +77,12 @@ macro_rules! wal_conversions {
                 file_len: r.file_len,
                 dirty_end: r.dirty_end,
                 end: match r.end {
-                    wit::RecoveryEnd::NewLog => RecoveryEnd::NewLog,
-                    wit::RecoveryEnd::Clean => RecoveryEnd::Clean,
-                    wit::RecoveryEnd::TornTail => RecoveryEnd::TornTail,
+                    wit::RecoveryEnd::NewLog => LogEnd::Empty,
+                    wit::RecoveryEnd::Clean => LogEnd::Clean,
+                    wit::RecoveryEnd::TornTail => LogEnd::TornTail {
+                        valid_end: r.valid_end,
+                        torn_end: r.file_len,
+                    },
                 },
             }
         }
@@ -253,6 +256,7 @@ pub(crate) mod with_async {
 macro_rules! journal_conversions {
     ($wit:path, $header:path) => {
         use stele::journal::{JournalError, JournalOp, JournalRecovery};
+        use stele::recovery::LogEnd;
         use $wit as wit;
 
         use crate::vfs_host::from_wit;
@@ -298,8 +302,18 @@ macro_rules! journal_conversions {
                 ops: r.ops,
                 valid_end: r.valid_end,
                 file_len: r.file_len,
-                torn_tail: r.torn_tail,
-                has_header: r.has_header,
+                // The record's two flags are the engine's `LogEnd`, which a zero-byte or
+                // missing journal (no header, nothing torn) recovers to as `Empty`.
+                end: if r.torn_tail {
+                    LogEnd::TornTail {
+                        valid_end: r.valid_end,
+                        torn_end: r.file_len,
+                    }
+                } else if r.has_header {
+                    LogEnd::Clean
+                } else {
+                    LogEnd::Empty
+                },
                 tail_truncated: r.tail_truncated,
             }
         }

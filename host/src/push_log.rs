@@ -16,9 +16,10 @@ use std::sync::{Arc, Mutex, PoisonError};
 use arrow_array::RecordBatch;
 use arrow_schema::SchemaRef;
 use stele::push_log::{
-    self as engine, CompactionPolicy, CompactionReport, Finish, PushLogEnd, PushLogError,
-    ReservedSection, ScannedFrame, ipc,
+    self as engine, CompactionPolicy, CompactionReport, Finish, PushLogError, ReservedSection,
+    ScannedFrame, ipc,
 };
+pub use stele::recovery::LogEnd;
 use stele::vfs::Vfs;
 use wasmtime::Store;
 use wasmtime::component::ResourceAny;
@@ -207,7 +208,7 @@ impl PushLog {
 
     /// Every frame of the log, in order, and how it ended: [`PushLog::scan`] collected.
     #[tracing::instrument(level = "debug", skip_all)]
-    pub fn scan_all(&self) -> Result<(Vec<ScannedFrame>, PushLogEnd), PushLogCallError> {
+    pub fn scan_all(&self) -> Result<(Vec<ScannedFrame>, LogEnd), PushLogCallError> {
         let mut scan = self.scan()?;
         let frames = scan.by_ref().collect::<Result<Vec<_>, _>>()?;
         Ok((frames, scan.end()))
@@ -297,7 +298,7 @@ enum Source<'a> {
         /// The guest's scan resource, until the scan ends (or the scan is dropped).
         handle: Option<ResourceAny>,
         fetched: VecDeque<wit::ScannedFrame>,
-        end: Option<PushLogEnd>,
+        end: Option<LogEnd>,
     },
 }
 
@@ -310,12 +311,12 @@ impl std::fmt::Debug for PushLogScan<'_> {
 }
 
 impl PushLogScan<'_> {
-    /// How the log ended: clean, a torn tail (not yet cut) or middle corruption. Final once the
-    /// iterator has returned `None`; [`PushLogEnd::Clean`] before that.
-    pub fn end(&self) -> PushLogEnd {
+    /// How the log ended: empty, clean, a torn tail (not yet cut) or middle corruption. Final
+    /// once the iterator has returned `None`; [`LogEnd::Clean`] before that.
+    pub fn end(&self) -> LogEnd {
         match &self.source {
             Source::Native(scan) => scan.end(),
-            Source::Sandboxed { end, .. } => end.unwrap_or(PushLogEnd::Clean),
+            Source::Sandboxed { end, .. } => end.unwrap_or(LogEnd::Clean),
         }
     }
 
@@ -343,12 +344,13 @@ impl PushLogScan<'_> {
                     });
                     close(guest, handle);
                     *end = Some(match found {
-                        Ok(None | Some(wit::ScanEnd::Clean)) => PushLogEnd::Clean,
-                        Ok(Some(wit::ScanEnd::TornTail(t))) => PushLogEnd::TornTail {
+                        Ok(Some(wit::ScanEnd::Empty)) => LogEnd::Empty,
+                        Ok(None | Some(wit::ScanEnd::Clean)) => LogEnd::Clean,
+                        Ok(Some(wit::ScanEnd::TornTail(t))) => LogEnd::TornTail {
                             valid_end: t.valid_end,
-                            file_len: t.file_len,
+                            torn_end: t.file_len,
                         },
-                        Ok(Some(wit::ScanEnd::Corrupt(d))) => PushLogEnd::Corrupt {
+                        Ok(Some(wit::ScanEnd::Corrupt(d))) => LogEnd::Corrupt {
                             offset: d.offset,
                             valid_frame_at: d.valid_frame_at,
                         },

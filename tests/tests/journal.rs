@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use stele::header::{Family, FileHeader, HeaderError};
 use stele::journal::{self, JournalOp, SessionState, encode_frames, snapshot_ops};
+use stele::recovery::LogEnd;
 use stele::vfs::{Vfs, VfsError};
 use stele_host::fs::{FaultFs, FaultRule, InjectedError, OpKind};
 use stele_host::{Journal, JournalError, Mode, replay_journal};
@@ -402,8 +403,19 @@ fn torn_tail_is_cut_and_corruption_refused(mode: Mode) {
         .block_on(replay_journal(root.vfs(), "s.journal", mode))
         .unwrap();
     assert_eq!(got, ops);
-    assert!(recovery.torn_tail && recovery.tail_truncated);
+    assert!(recovery.tail_truncated);
+    assert_eq!(
+        recovery.end,
+        LogEnd::TornTail {
+            valid_end: whole.len() as u64,
+            torn_end: torn.len() as u64
+        }
+    );
     assert_eq!(root.read("s.journal"), whole);
+    let (_, recovery) = tokio_runtime(2)
+        .block_on(replay_journal(root.vfs(), "missing.journal", mode))
+        .unwrap();
+    assert_eq!(recovery.end, LogEnd::Empty, "a missing journal is empty");
 
     let mut corrupt = whole.clone();
     corrupt[32 + 9] ^= 1;

@@ -5,7 +5,8 @@
 use std::sync::Arc;
 
 use arrow_array::{Int64Array, RecordBatch, StringArray, UInt64Array};
-use stele::push_log::{Finish, PushLogEnd, PushLogError, refs};
+use stele::push_log::{Finish, PushLogError, refs};
+use stele::recovery::LogEnd;
 use stele_host::{Mode, PushLog, PushLogCallError};
 use stele_tests::{TempRoot, every_mode};
 
@@ -42,6 +43,12 @@ fn open(root: &TempRoot, mode: Mode) -> PushLog {
 fn pushes_scan_back_compact_and_seal(mode: Mode) {
     let root = TempRoot::new();
     let log = open(&root, mode);
+    let (frames, end) = log.scan_all().unwrap();
+    assert_eq!(
+        (frames.len(), end),
+        (0, LogEnd::Empty),
+        "a log never pushed to is empty, in every mode"
+    );
     let pushes: Vec<RecordBatch> = (1..=5)
         .map(|seq| push(seq, &[("main", Some(&*format!("c{seq}"))), ("tmp", None)]))
         .collect();
@@ -49,7 +56,7 @@ fn pushes_scan_back_compact_and_seal(mode: Mode) {
     assert_eq!(offsets[0], 32);
     assert_eq!(&root.read("refs.log")[..8], b"STELElog");
     let (frames, end) = log.scan_all().unwrap();
-    assert_eq!(end, PushLogEnd::Clean);
+    assert_eq!(end, LogEnd::Clean);
     assert_eq!(frames.iter().map(|f| f.offset).collect::<Vec<_>>(), offsets);
     let before: Vec<RecordBatch> = frames.into_iter().map(|f| f.batch).collect();
     assert_eq!(before, pushes);
@@ -106,9 +113,9 @@ fn torn_tail_is_reported_and_cut_corruption_refused(mode: Mode) {
     let log = open(&root, mode);
     assert_eq!(
         log.scan_all().unwrap().1,
-        PushLogEnd::TornTail {
+        LogEnd::TornTail {
             valid_end: whole.len() as u64,
-            file_len: torn.len() as u64
+            torn_end: torn.len() as u64
         }
     );
     assert_eq!(
@@ -123,7 +130,7 @@ fn torn_tail_is_reported_and_cut_corruption_refused(mode: Mode) {
     let log = open(&root, mode);
     assert!(matches!(
         log.scan_all().unwrap().1,
-        PushLogEnd::Corrupt { offset: 32, .. }
+        LogEnd::Corrupt { offset: 32, .. }
     ));
     let err = log.append(&push(3, &[])).unwrap_err();
     assert!(matches!(
@@ -183,7 +190,7 @@ fn a_streamed_scan_crosses_lists_and_can_stop_early(mode: Mode) {
     let mut scan = log.scan().unwrap();
     let first_half: Vec<u64> = scan.by_ref().take(75).map(|f| f.unwrap().offset).collect();
     assert_eq!(first_half, offsets[..75]);
-    assert_eq!(scan.end(), PushLogEnd::Clean, "not final yet, and says so");
+    assert_eq!(scan.end(), LogEnd::Clean, "not final yet, and says so");
     drop(scan);
 
     let last = log.append(&push(151, &[("r", Some("y"))])).unwrap();
@@ -200,7 +207,7 @@ fn a_streamed_scan_crosses_lists_and_can_stop_early(mode: Mode) {
             .value(0);
         seen.push((frame.offset, seq));
     }
-    assert_eq!(scan.end(), PushLogEnd::Clean);
+    assert_eq!(scan.end(), LogEnd::Clean);
     let expected: Vec<(u64, u64)> = offsets.iter().copied().chain([last]).zip(1..).collect();
     assert_eq!(seen, expected);
     assert!(scan.next().is_none(), "an ended scan stays ended");

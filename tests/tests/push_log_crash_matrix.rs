@@ -10,7 +10,8 @@ use std::sync::Arc;
 use arrow_array::cast::AsArray;
 use arrow_array::types::{Int64Type, UInt64Type};
 use arrow_array::{Array, Int64Array, RecordBatch, StringArray, UInt64Array};
-use stele::push_log::{PushLog, PushLogEnd, PushLogError, refs};
+use stele::push_log::{PushLog, PushLogError, refs};
+use stele::recovery::LogEnd;
 use stele::vfs::Vfs;
 use stele_host::fs::{CrashPlan, FaultFs, FaultRule, OpKind};
 use stele_tests::ci_line;
@@ -137,7 +138,7 @@ impl CrashWorkload for PushLogWorkload {
             let frame = frame.map_err(|e| format!("scan: {e}"))?;
             recovered.extend(rows_of(&frame.batch));
         }
-        if let PushLogEnd::Corrupt { offset, .. } = scan.end() {
+        if let LogEnd::Corrupt { offset, .. } = scan.end() {
             return Err(format!("a crash made corruption at byte {offset}"));
         }
         let acked = oracle.pushes.iter().filter(|p| p.1 <= boundary).count();

@@ -7,7 +7,8 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use arrow_array::{Int64Array, RecordBatch, StringArray, UInt64Array};
-use stele::push_log::{PushLog, PushLogEnd, refs};
+use stele::push_log::{PushLog, refs};
+use stele::recovery::LogEnd;
 use stele_tests::alloc::{CountingAlloc, measure};
 use stele_tests::{TempRoot, ci_line};
 
@@ -71,7 +72,7 @@ fn a_1_gib_push_log_scans_in_bounded_memory() {
             |b| format!("{} MiB", b >> 20)
         ),
     ));
-    assert_eq!(end, PushLogEnd::Clean);
+    assert_eq!(end, LogEnd::Clean);
     assert_eq!((frames, rows), (pushes, pushes * ROWS_PER_PUSH));
     assert!(
         (heap.peak_bytes as u64) < RSS_BYTES_MAX / 4,

@@ -8,7 +8,7 @@ use stele::header::{Family, FileHeader, HEADER_BYTES, HeaderError};
 use stele::vfs::VfsError;
 use stele::wal::record::{PAYLOAD_BYTES_MAX, encoded_len};
 use stele::wal::{
-    DurabilityPolicy, LogSeq, RecoveryEnd, WalOpenError, WalOptions, WalRetireError, WalWriteError,
+    DurabilityPolicy, LogEnd, LogSeq, WalOpenError, WalOptions, WalRetireError, WalWriteError,
 };
 use stele_host::{Mode, Wal, WalError, read_wal};
 use stele_tests::{FailingVfs, TempRoot, every_mode, payload, payload_id};
@@ -52,7 +52,7 @@ fn round_trip_across_reopens(mode: Mode) {
     .unwrap();
     assert_eq!(
         (rec.first_seq, rec.next_seq, rec.records, rec.end),
-        (LogSeq(100), LogSeq(104), 4, RecoveryEnd::Clean)
+        (LogSeq(100), LogSeq(104), 4, LogEnd::Clean)
     );
     assert_eq!(
         wal.commit_durable(5, &payload(1, 0, 20)).unwrap(),
@@ -61,7 +61,7 @@ fn round_trip_across_reopens(mode: Mode) {
     drop(wal);
 
     let (records, rec) = read_wal(root.vfs(), "log.wal", mode).unwrap();
-    assert_eq!(rec.end, RecoveryEnd::Clean);
+    assert_eq!(rec.end, LogEnd::Clean);
     let got: Vec<(u64, u16, Vec<u8>)> = records
         .iter()
         .map(|r| (r.seq.0, r.op, r.payload.to_vec()))
@@ -92,7 +92,7 @@ fn missing_or_empty_file_is_a_new_log(mode: Mode) {
         mode,
     )
     .unwrap();
-    assert_eq!((rec.end, rec.next_seq), (RecoveryEnd::NewLog, LogSeq(9)));
+    assert_eq!((rec.end, rec.next_seq), (LogEnd::Empty, LogSeq(9)));
     assert_eq!(wal.commit_durable(0, b"x").unwrap(), LogSeq(9));
     drop(wal);
     root.write("empty.wal", b"");
@@ -103,7 +103,7 @@ fn missing_or_empty_file_is_a_new_log(mode: Mode) {
         mode,
     )
     .unwrap();
-    assert_eq!((rec.end, rec.next_seq), (RecoveryEnd::NewLog, LogSeq(3)));
+    assert_eq!((rec.end, rec.next_seq), (LogEnd::Empty, LogSeq(3)));
     // create refuses a file that holds bytes
     let err = Wal::create(
         root.vfs(),
@@ -149,7 +149,7 @@ fn torn_tail_at_every_offset_recovers_the_complete_records(mode: Mode) {
             mode,
         )
         .unwrap_or_else(|e| panic!("cut at {cut}: {e}"));
-        assert_eq!(rec.end, RecoveryEnd::TornTail, "cut at {cut}");
+        assert!(rec.end.is_torn(), "cut at {cut}");
         assert_eq!((rec.records, rec.next_seq), (2, LogSeq(52)), "cut at {cut}");
         assert_eq!(rec.valid_end, last_start as u64);
         assert_eq!(
@@ -163,7 +163,7 @@ fn torn_tail_at_every_offset_recovers_the_complete_records(mode: Mode) {
         );
         drop(wal);
         let (records, rec) = read_wal(root.vfs(), "cut.wal", mode).unwrap();
-        assert_eq!(rec.end, RecoveryEnd::Clean, "cut at {cut}");
+        assert_eq!(rec.end, LogEnd::Clean, "cut at {cut}");
         let seqs: Vec<u64> = records.iter().map(|r| r.seq.0).collect();
         assert_eq!(seqs, vec![50, 51, 52], "cut at {cut}");
         assert_eq!(&records[2].payload[..], b"after the tear");
@@ -452,7 +452,7 @@ fn failed_write_poisons_and_reopen_recovers_the_durable_prefix(mode: Mode) {
     );
     drop(wal);
     let (records, rec) = read_wal(root.vfs(), "w.wal", mode).unwrap();
-    assert_eq!((records.len(), rec.end), (1, RecoveryEnd::Clean));
+    assert_eq!((records.len(), rec.end), (1, LogEnd::Clean));
 }
 
 fn retiring_beyond_durable_end_fails_and_within_releases_bytes(mode: Mode) {

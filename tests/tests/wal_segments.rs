@@ -7,12 +7,11 @@ use std::sync::{Arc, Mutex};
 use stele::header::HEADER_BYTES;
 use stele::vfs::{MemVfs, OpenMode, Vfs};
 use stele::wal::segment::{
-    SEGMENT_BYTES_MIN, SegmentEnd, SegmentedRecovery, read_checkpoint, replay_segments,
-    segment_file_name,
+    SEGMENT_BYTES_MIN, SegmentedRecovery, read_checkpoint, replay_segments, segment_file_name,
 };
 use stele::wal::{
-    DurabilityPolicy, LogSeq, RecoveryEnd, WalOpenError, WalOptions, WalRetentionError,
-    WalWriteError, WalWriter,
+    DurabilityPolicy, LogEnd, LogSeq, WalOpenError, WalOptions, WalRetentionError, WalWriteError,
+    WalWriter,
 };
 use stele_host::fs::{CrashPlan, FaultFs, FaultRule, OpKind};
 use stele_tests::crash::{CrashWorkload, SplitMix, explore, explore_fault_schedule, fault_suffix};
@@ -77,7 +76,7 @@ fn commits_rotate_across_preallocated_segments_named_by_first_seq() {
     let (wal, found) = reopen(&vfs);
     assert_eq!(
         found.recovery.end,
-        RecoveryEnd::Clean,
+        LogEnd::Clean,
         "a zero tail is a clean end"
     );
     assert_eq!(found.recovery.records, 200);
@@ -86,7 +85,7 @@ fn commits_rotate_across_preallocated_segments_named_by_first_seq() {
     let mut next = 0;
     for s in &found.segments {
         assert_eq!(s.first_seq, LogSeq(next));
-        assert_eq!(s.end, SegmentEnd::Clean);
+        assert_eq!(s.end, LogEnd::Clean);
         next = s.next_seq.0;
     }
     assert_eq!(wal.commit_durable(2, b"after reopen").unwrap(), LogSeq(200));
@@ -136,7 +135,7 @@ fn a_torn_tail_is_zeroed_not_cut_and_leaves_a_clean_segment() {
     mem.set_contents(&path, bytes);
 
     let (wal, found) = reopen(&vfs);
-    assert_eq!(found.recovery.end, RecoveryEnd::TornTail);
+    assert!(found.recovery.end.is_torn());
     let new_end = valid_end + 2 * 68;
     assert_eq!(found.recovery.valid_end, new_end as u64);
     assert_eq!(found.recovery.dirty_end, (valid_end + torn_len) as u64);
@@ -152,7 +151,7 @@ fn a_torn_tail_is_zeroed_not_cut_and_leaves_a_clean_segment() {
     let (_, found) = reopen(&vfs);
     assert_eq!(
         found.recovery.end,
-        RecoveryEnd::Clean,
+        LogEnd::Clean,
         "nothing torn is left behind"
     );
     let all = records(&*vfs, DIR);
@@ -608,7 +607,7 @@ mod modes {
         let (wal, rec) = Wal::open(root.vfs(), DIR, o, mode).unwrap();
         assert_eq!(rec.first_seq, cut.first_kept_seq);
         assert_eq!(rec.next_seq, LogSeq(300));
-        assert_eq!(rec.end, RecoveryEnd::Clean);
+        assert_eq!(rec.end, LogEnd::Clean);
         assert_eq!(wal.commit_durable(9, b"again").unwrap(), LogSeq(300));
         drop(wal);
         let (records, rec) = read_wal(root.vfs(), DIR, mode).unwrap();

@@ -52,8 +52,8 @@ pub(crate) fn wit_recovery(r: JournalRecovery) -> wit::JournalRecovery {
         ops: r.ops,
         valid_end: r.valid_end,
         file_len: r.file_len,
-        torn_tail: r.torn_tail,
-        has_header: r.has_header,
+        torn_tail: r.torn_tail(),
+        has_header: r.has_header(),
         tail_truncated: r.tail_truncated,
     }
 }

@@ -6,8 +6,9 @@ use std::cell::RefCell;
 use std::sync::Arc;
 
 use crate::push_log::{
-    CompactionPolicy, CompactionReport, PushLog, PushLogEnd, PushLogError, PushLogScan, ipc,
+    CompactionPolicy, CompactionReport, PushLog, PushLogError, PushLogScan, ipc,
 };
+use crate::recovery::LogEnd;
 
 use super::Component;
 use super::exports::stele::log::push_log as wit;
@@ -98,15 +99,16 @@ impl wit::GuestScan for GuestScan {
     fn end(&self) -> Option<wit::ScanEnd> {
         let scan = self.0.borrow();
         scan.finished().then(|| match scan.end() {
-            PushLogEnd::Clean => wit::ScanEnd::Clean,
-            PushLogEnd::TornTail {
+            LogEnd::Empty => wit::ScanEnd::Empty,
+            LogEnd::Clean => wit::ScanEnd::Clean,
+            LogEnd::TornTail {
                 valid_end,
-                file_len,
+                torn_end,
             } => wit::ScanEnd::TornTail(wit::TornTail {
                 valid_end,
-                file_len,
+                file_len: torn_end,
             }),
-            PushLogEnd::Corrupt {
+            LogEnd::Corrupt {
                 offset,
                 valid_frame_at,
             } => wit::ScanEnd::Corrupt(wit::FrameDamage {

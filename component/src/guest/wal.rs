@@ -6,9 +6,9 @@ use std::sync::Arc;
 
 use crate::header::HeaderError;
 use crate::wal::{
-    DurabilityPolicy, LogSeq, READ_BATCH_RECORDS_MAX, Recovery, RecoveryEnd, WalFollower,
-    WalOpenError, WalOptions, WalReader, WalRetentionError, WalRetireError, WalTruncation,
-    WalWriteError, WalWriter, WalWriterStats,
+    DurabilityPolicy, LogEnd, LogSeq, READ_BATCH_RECORDS_MAX, Recovery, WalFollower, WalOpenError,
+    WalOptions, WalReader, WalRetentionError, WalRetireError, WalTruncation, WalWriteError,
+    WalWriter, WalWriterStats,
 };
 
 use super::Component;
@@ -231,9 +231,11 @@ pub(crate) fn recovery(r: Recovery) -> wit::Recovery {
         file_len: r.file_len,
         dirty_end: r.dirty_end,
         end: match r.end {
-            RecoveryEnd::NewLog => wit::RecoveryEnd::NewLog,
-            RecoveryEnd::Clean => wit::RecoveryEnd::Clean,
-            RecoveryEnd::TornTail => wit::RecoveryEnd::TornTail,
+            LogEnd::Empty => wit::RecoveryEnd::NewLog,
+            LogEnd::Clean => wit::RecoveryEnd::Clean,
+            LogEnd::TornTail { .. } => wit::RecoveryEnd::TornTail,
+            // Replay refuses corruption with an error; a recovery never holds it.
+            LogEnd::Corrupt { .. } => wit::RecoveryEnd::Clean,
         },
     }
 }

@@ -5,12 +5,13 @@
 use crate::frame::ScanEnd;
 use crate::frame::appender::scan_frames;
 use crate::header::HEADER_BYTES;
+use crate::recovery::LogEnd;
 use crate::vfs::{OpenMode, SyncKind, Vfs, VfsError, VfsFile};
 
 use super::ops::for_each_op_in_body;
 use super::{JOURNAL_FORMAT, JournalError, JournalOp, lock_path};
 
-/// Where a journal's valid prefix ends.
+/// What a journal's recovery found.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct JournalRecovery {
     /// Ops recovered.
@@ -19,10 +20,11 @@ pub struct JournalRecovery {
     pub valid_end: u64,
     /// The file's length as read.
     pub file_len: u64,
-    /// Whether bytes after `valid_end` were an unfinished write.
-    pub torn_tail: bool,
-    /// Whether the file holds a header yet (a zero-byte file does not).
-    pub has_header: bool,
+    /// How the valid prefix ends: [`LogEnd::Empty`] for a missing or zero-byte journal,
+    /// [`LogEnd::TornTail`] when bytes after `valid_end` were an unfinished append (a file
+    /// shorter than a header is one at byte 0), else [`LogEnd::Clean`]. Corruption is refused
+    /// ([`JournalError::Corrupt`]), never reported here.
+    pub end: LogEnd,
     /// Whether [`replay`] cut the torn tail off the file (it does unless a writer holds it).
     pub tail_truncated: bool,
 }
@@ -34,10 +36,19 @@ impl JournalRecovery {
             ops: 0,
             valid_end: 0,
             file_len: 0,
-            torn_tail: false,
-            has_header: false,
+            end: LogEnd::Empty,
             tail_truncated: false,
         }
+    }
+
+    /// Whether bytes after `valid_end` were an unfinished append.
+    pub fn torn_tail(&self) -> bool {
+        self.end.is_torn()
+    }
+
+    /// Whether the file holds a header (one goes out with the first append).
+    pub fn has_header(&self) -> bool {
+        self.valid_end >= HEADER_BYTES as u64
     }
 }
 
@@ -75,7 +86,7 @@ pub fn replay(
         Err(e) => return Err(e.into()),
     };
     let (ops, mut recovery) = replay_file(&*file)?;
-    if recovery.torn_tail {
+    if recovery.torn_tail() {
         match vfs.lock_exclusive(&lock_path(path)) {
             Ok(_lock) => {
                 file.set_len(recovery.valid_end)?;
@@ -100,13 +111,13 @@ pub(crate) fn scan(
         ops += on_frame(offset, body)?;
         Ok::<_, JournalError>(())
     })?;
-    let (valid_end, file_len, torn_tail) = match end {
-        ScanEnd::Clean { end } => (end, end, false),
+    let (valid_end, file_len) = match end {
+        ScanEnd::Clean { end } => (end, end),
         ScanEnd::TornTail {
             valid_end,
             file_len,
             ..
-        } => (valid_end, file_len, true),
+        } => (valid_end, file_len),
         ScanEnd::Corrupt {
             offset,
             valid_frame_at,
@@ -121,10 +132,7 @@ pub(crate) fn scan(
         ops,
         valid_end,
         file_len,
-        torn_tail,
-        // A shorter file is a first append that never completed (reported as a torn tail at
-        // byte 0); a longer one had its header checked by the scan.
-        has_header: file_len >= HEADER_BYTES as u64,
+        end: LogEnd::from(end),
         tail_truncated: false,
     })
 }
@@ -174,19 +182,20 @@ mod tests {
     #[test]
     fn empty_file_is_an_empty_journal_and_every_cut_of_the_last_op_is_torn() {
         let (got, rec) = run(Vec::new()).unwrap();
-        assert!(got.is_empty() && !rec.has_header && !rec.torn_tail);
+        assert!(got.is_empty() && !rec.has_header() && !rec.torn_tail());
+        assert_eq!(rec.end, LogEnd::Empty);
         let full = journal(&ops());
         let last = encode_frames(&ops()[2..]).len();
         for cut in full.len() - last + 1..full.len() {
             let (got, rec) = run(full[..cut].to_vec()).unwrap();
             assert_eq!(got, ops()[..2], "cut {cut}");
-            assert!(rec.torn_tail);
+            assert!(rec.torn_tail());
             assert_eq!(rec.valid_end as usize, full.len() - last);
         }
         for cut in 1..HEADER_BYTES {
             let (got, rec) = run(full[..cut].to_vec()).unwrap();
             assert!(
-                got.is_empty() && rec.torn_tail,
+                got.is_empty() && rec.torn_tail() && !rec.has_header(),
                 "a cut header is an unacknowledged append"
             );
         }

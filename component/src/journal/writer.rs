@@ -376,6 +376,6 @@ mod tests {
             .unwrap();
         let (ops, recovery) = replay(&*shared, "j").unwrap();
         assert_eq!(ops, vec![set("a", "1"), set("c", "3")]);
-        assert!(!recovery.torn_tail);
+        assert_eq!(recovery.end, crate::recovery::LogEnd::Clean);
     }
 }

@@ -27,7 +27,7 @@ mod section;
 #[cfg(all(test, not(target_arch = "wasm32")))]
 mod tests;
 
-pub use scan::{PushLogEnd, PushLogScan, ScannedFrame};
+pub use scan::{PushLogScan, ScannedFrame};
 pub use section::{ReservedSection, SECTION_PREFIX};
 
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};

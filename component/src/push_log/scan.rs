@@ -5,6 +5,7 @@ use arrow_array::RecordBatch;
 use arrow_schema::SchemaRef;
 
 use crate::frame::{FrameReader, Next, ScanEnd};
+use crate::recovery::LogEnd;
 use crate::vfs::{OpenMode, Vfs, VfsError, VfsFile};
 
 use super::{PushLogError, ipc};
@@ -18,29 +19,6 @@ pub struct ScannedFrame {
     pub batch: RecordBatch,
 }
 
-/// How a scan ended.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum PushLogEnd {
-    /// Every byte is whole frames (or the log is missing or empty).
-    Clean,
-    /// Frames are whole up to `valid_end`; the rest is a push that never completed. The next
-    /// append cuts it.
-    TornTail {
-        /// Where the whole frames end.
-        valid_end: u64,
-        /// The file's length.
-        file_len: u64,
-    },
-    /// The frame at `offset` is damaged and a valid frame follows: acknowledged pushes may be
-    /// behind it, so it is reported, never dropped.
-    Corrupt {
-        /// Where the damaged frame starts.
-        offset: u64,
-        /// Where the next valid frame starts.
-        valid_frame_at: u64,
-    },
-}
-
 /// The frames of a push log, in order, as an iterator of `Result<ScannedFrame>`; after the last,
 /// [`PushLogScan::end`] says how the log ended. A frame whose checksum holds but whose bytes are
 /// not one batch of the log's schema is an `Err` item, and the scan stops there.
@@ -48,7 +26,7 @@ pub struct PushLogScan {
     file: Option<Box<dyn VfsFile>>,
     reader: FrameReader,
     schema: SchemaRef,
-    end: Option<PushLogEnd>,
+    end: Option<LogEnd>,
 }
 
 impl std::fmt::Debug for PushLogScan {
@@ -73,7 +51,7 @@ impl PushLogScan {
         };
         let file = match vfs.open(path, OpenMode::Existing) {
             Ok(file) => file,
-            Err(VfsError::NotFound) => return Ok(empty(PushLogEnd::Clean)),
+            Err(VfsError::NotFound) => return Ok(empty(LogEnd::Empty)),
             Err(e) => return Err(e.into()),
         };
         match super::open_frames(&*file)? {
@@ -87,24 +65,26 @@ impl PushLogScan {
                 valid_end,
                 file_len,
                 ..
-            }) => Ok(empty(PushLogEnd::TornTail {
+            }) => Ok(empty(LogEnd::TornTail {
                 valid_end,
-                file_len,
+                torn_end: file_len,
             })),
-            Err(_) => Ok(empty(PushLogEnd::Clean)),
+            Err(_) => Ok(empty(LogEnd::Empty)),
         }
     }
 
-    /// How the log ended: `None` until the iterator has returned `None`.
-    pub fn end(&self) -> PushLogEnd {
-        self.end.unwrap_or(PushLogEnd::Clean)
+    /// How the log ended, once the iterator has returned `None` ([`LogEnd::Empty`] for a
+    /// missing or zero-byte log). Before that, and after an error item (which stops the
+    /// scan), [`LogEnd::Clean`].
+    pub fn end(&self) -> LogEnd {
+        self.end.unwrap_or(LogEnd::Clean)
     }
 
     /// After the last frame: `Err(Corrupt)` if the log ended in middle corruption. For callers
     /// that rewrite the log (compaction, sealing), which must not drop what lies behind it.
     pub fn refuse_corruption(&self) -> Result<(), PushLogError> {
         match self.end() {
-            PushLogEnd::Corrupt {
+            LogEnd::Corrupt {
                 offset,
                 valid_frame_at,
             } => Err(PushLogError::Corrupt {
@@ -134,7 +114,7 @@ impl PushLogScan {
 fn next_body<'r>(
     file: Option<&dyn VfsFile>,
     reader: &'r mut FrameReader,
-    end: &mut Option<PushLogEnd>,
+    end: &mut Option<LogEnd>,
 ) -> Option<Result<(u64, &'r [u8]), PushLogError>> {
     if end.is_some() {
         return None;
@@ -142,31 +122,14 @@ fn next_body<'r>(
     let step = match reader.next_frame(file?) {
         Ok(step) => step,
         Err(e) => {
-            *end = Some(PushLogEnd::Clean);
+            *end = Some(LogEnd::Clean);
             return Some(Err(e.into()));
         }
     };
     match step {
         Next::Frame { offset, body } => Some(Ok((offset, body))),
         Next::End(found) => {
-            *end = Some(match found {
-                ScanEnd::Clean { .. } => PushLogEnd::Clean,
-                ScanEnd::TornTail {
-                    valid_end,
-                    file_len,
-                    ..
-                } => PushLogEnd::TornTail {
-                    valid_end,
-                    file_len,
-                },
-                ScanEnd::Corrupt {
-                    offset,
-                    valid_frame_at,
-                } => PushLogEnd::Corrupt {
-                    offset,
-                    valid_frame_at,
-                },
-            });
+            *end = Some(LogEnd::from(found));
             None
         }
     }
@@ -184,7 +147,7 @@ impl Iterator for PushLogScan {
         match decoded {
             Ok(batch) => Some(Ok(ScannedFrame { offset, batch })),
             Err(why) => {
-                self.end = Some(PushLogEnd::Clean);
+                self.end = Some(LogEnd::Clean);
                 Some(Err(PushLogError::MalformedFrame { offset, why }))
             }
         }

@@ -7,6 +7,7 @@ use proptest::prelude::*;
 
 use super::refs::{self, fold};
 use super::*;
+use crate::recovery::LogEnd;
 use crate::vfs::MemVfs;
 
 /// A push of refs rows: (ref name, target or delete), all with `push_seq`.
@@ -30,7 +31,7 @@ fn log(vfs: &MemVfs) -> PushLog {
     PushLog::new(Arc::new(vfs.clone()), "refs.log", refs::schema())
 }
 
-fn scanned(log: &PushLog) -> (Vec<(u64, RecordBatch)>, PushLogEnd) {
+fn scanned(log: &PushLog) -> (Vec<(u64, RecordBatch)>, LogEnd) {
     let mut scan = log.scan().unwrap();
     let frames = scan
         .by_ref()
@@ -49,7 +50,7 @@ fn missing_log_is_empty_and_clean_and_new_touches_nothing() {
     let vfs = MemVfs::new();
     let log = log(&vfs);
     assert_eq!(scanned(&log).0.len(), 0);
-    assert_eq!(scanned(&log).1, PushLogEnd::Clean);
+    assert_eq!(scanned(&log).1, LogEnd::Empty);
     assert_eq!(log.frame_count().unwrap(), 0);
     assert!(!vfs.exists("refs.log").unwrap());
 }
@@ -66,7 +67,7 @@ fn appends_scan_back_in_order_with_their_offsets() {
     let offsets: Vec<u64> = pushes.iter().map(|p| log.append(p).unwrap()).collect();
     assert_eq!(offsets[0], HEADER_BYTES as u64);
     let (frames, end) = scanned(&log);
-    assert_eq!(end, PushLogEnd::Clean);
+    assert_eq!(end, LogEnd::Clean);
     assert_eq!(frames.iter().map(|f| f.0).collect::<Vec<_>>(), offsets);
     assert_eq!(
         frames.iter().map(|f| f.1.clone()).collect::<Vec<_>>(),
@@ -112,9 +113,9 @@ fn torn_tail_is_reported_then_cut_by_the_next_append() {
     assert_eq!(frames.len(), 1);
     assert_eq!(
         end,
-        PushLogEnd::TornTail {
+        LogEnd::TornTail {
             valid_end: whole.len() as u64,
-            file_len: torn.len() as u64
+            torn_end: torn.len() as u64
         }
     );
     let at = log.append(&push(2, &[("dev", Some("b"))])).unwrap();
@@ -124,7 +125,7 @@ fn torn_tail_is_reported_then_cut_by_the_next_append() {
         "the append starts where the torn push began"
     );
     assert_eq!(scanned(&log).0.len(), 2);
-    assert_eq!(scanned(&log).1, PushLogEnd::Clean);
+    assert_eq!(scanned(&log).1, LogEnd::Clean);
 }
 
 #[test]
@@ -141,7 +142,7 @@ fn damage_before_a_valid_frame_is_corruption_and_refused() {
     let log = log(&vfs);
     assert!(matches!(
         scanned(&log).1,
-        PushLogEnd::Corrupt { offset: 32, .. }
+        LogEnd::Corrupt { offset: 32, .. }
     ));
     assert!(matches!(
         log.append(&push(3, &[])),

@@ -46,10 +46,11 @@ pub mod segment;
 mod error;
 mod writer;
 
+pub use crate::recovery::LogEnd;
 pub use error::{WalOpenError, WalRetentionError, WalRetireError, WalWriteError};
 pub use follow::WalFollower;
 pub use record::RecordRef;
-pub use replay::{READ_BATCH_RECORDS_MAX, Recovery, RecoveryEnd, WalReader, replay};
+pub use replay::{READ_BATCH_RECORDS_MAX, Recovery, WalReader, replay};
 pub use segment::WalTruncation;
 pub use writer::{
     SegmentedSetup, SetupMode, SingleFileLock, VisibleRecord, WalRetirement, WalWriter,

@@ -15,6 +15,7 @@
 
 use crate::frame::{FrameReader, Next, ScanEnd};
 use crate::header::{Family, FileHeader, HEADER_BYTES, HeaderError, MAGIC};
+use crate::recovery::LogEnd;
 use std::sync::Arc;
 
 use crate::vfs::{OpenMode, Vfs, VfsFile};
@@ -40,20 +41,11 @@ pub struct Recovery {
     /// The end of the last non-zero byte after `valid_end`, or `valid_end` when every byte
     /// after it is zero: what a writer of a preallocated segment must clear before appending.
     pub dirty_end: u64,
-    /// How the valid prefix ended.
-    pub end: RecoveryEnd,
-}
-
-/// How the valid prefix ended.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum RecoveryEnd {
-    /// No header: the file is missing, empty, or holds a crashed creation's partial header.
-    NewLog,
-    /// Every byte after the header is whole records.
-    Clean,
-    /// `file_len - valid_end` bytes after the last record are an unfinished write. The writer
-    /// truncates them before its next append.
-    TornTail,
+    /// How the valid prefix ended: [`LogEnd::Empty`] when the file holds no header (missing,
+    /// empty, or a crashed creation's partial header), [`LogEnd::TornTail`] (up to
+    /// `file_len`; `dirty_end` says where its non-zero bytes end) when bytes follow the last
+    /// record; never [`LogEnd::Corrupt`], which replay refuses ([`WalOpenError::Corrupt`]).
+    pub end: LogEnd,
 }
 
 impl Recovery {
@@ -66,7 +58,7 @@ impl Recovery {
             valid_end: 0,
             file_len,
             dirty_end: file_len,
-            end: RecoveryEnd::NewLog,
+            end: LogEnd::Empty,
         }
     }
 
@@ -154,12 +146,19 @@ impl RecordScan {
                 self.records += 1;
                 return Ok(true);
             }
-            Next::End(ScanEnd::Clean { end }) => (end, end, RecoveryEnd::Clean),
+            Next::End(ScanEnd::Clean { end }) => (end, end, LogEnd::Clean),
             Next::End(ScanEnd::TornTail {
                 valid_end,
+                file_len,
                 nonzero_end,
-                ..
-            }) => (valid_end, nonzero_end, RecoveryEnd::TornTail),
+            }) => (
+                valid_end,
+                nonzero_end,
+                LogEnd::TornTail {
+                    valid_end,
+                    torn_end: file_len,
+                },
+            ),
             Next::End(ScanEnd::Corrupt {
                 offset,
                 valid_frame_at,

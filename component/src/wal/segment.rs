@@ -35,8 +35,9 @@ use crate::vfs::replace::replace_file;
 use crate::vfs::{OpenMode, ReadyIo, Vfs, VfsError, VfsFile, complete_now};
 
 use super::record::RecordRef;
-use super::replay::{RecordScan, Recovery, RecoveryEnd};
+use super::replay::{RecordScan, Recovery};
 use super::{LogSeq, WAL_VERSION, WalOpenError, WalRetentionError};
+use crate::recovery::LogEnd;
 
 /// The segment size unless configured: etcd's choice, and large enough that rotation (one
 /// create, one `set_len`, two syncs) is rare next to the groups it separates.
@@ -145,22 +146,6 @@ pub fn write_checkpoint(
     .map_err(|error| error.cause)
 }
 
-/// How one segment's valid records end.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum SegmentEnd {
-    /// Whole records, then zeros (or the end of the file).
-    Clean,
-    /// Whole records, then non-zero bytes up to `dirty_end` that hold no valid record: an
-    /// unfinished group write. A writer zeroes them before appending.
-    TornTail {
-        /// Where the last non-zero byte ends.
-        dirty_end: u64,
-    },
-    /// The header is still zero, or shorter than a header: a rotation that crashed before its
-    /// syncs returned. It holds nothing acknowledged. Only the last segment may be unfinished.
-    Unfinished,
-}
-
 /// What recovery found in one segment.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct SegmentSummary {
@@ -174,8 +159,13 @@ pub struct SegmentSummary {
     pub valid_end: u64,
     /// Its length: the segment size, for a preallocated segment.
     pub file_len: u64,
-    /// How its valid prefix ended.
-    pub end: SegmentEnd,
+    /// How its valid prefix ended: [`LogEnd::Clean`] when whole records are followed by
+    /// zeros or the end of the file; [`LogEnd::TornTail`] when non-zero bytes up to
+    /// `torn_end` hold no valid record (an unfinished group write, which a writer zeroes
+    /// before appending); [`LogEnd::Empty`] when the header is still zero, or shorter than a
+    /// header (a rotation that crashed before its syncs returned: it holds nothing
+    /// acknowledged, and only the last segment may be so).
+    pub end: LogEnd,
 }
 
 /// What recovery found in a segment directory.
@@ -183,7 +173,7 @@ pub struct SegmentSummary {
 pub struct SegmentedRecovery {
     /// The log as a whole: `first_seq` of the first surviving segment, `next_seq` after the
     /// last record, `valid_end`/`file_len`/`dirty_end` of the last usable segment, and `end`
-    /// `NewLog` when there is none, `TornTail` when its tail holds non-zero bytes, else `Clean`.
+    /// `Empty` when there is none, `TornTail` when its tail holds non-zero bytes, else `Clean`.
     pub recovery: Recovery,
     /// Every segment file, in seq order, the unfinished one included.
     pub segments: Vec<SegmentSummary>,
@@ -194,16 +184,12 @@ pub struct SegmentedRecovery {
 impl SegmentedRecovery {
     /// The segments that hold a header, in order: the ones a writer resumes over.
     pub fn usable_segments(&self) -> impl Iterator<Item = &SegmentSummary> {
-        self.segments
-            .iter()
-            .filter(|s| s.end != SegmentEnd::Unfinished)
+        self.segments.iter().filter(|s| s.end != LogEnd::Empty)
     }
 
     /// The unfinished last segment, if there is one.
     pub fn unfinished_segment(&self) -> Option<&SegmentSummary> {
-        self.segments
-            .last()
-            .filter(|s| s.end == SegmentEnd::Unfinished)
+        self.segments.last().filter(|s| s.end == LogEnd::Empty)
     }
 }
 
@@ -301,11 +287,14 @@ impl SegmentReader {
                     let end = match r.end {
                         // Empty or shorter than a header (only possible before the last
                         // segment, where header_is_unwritten does not apply): no records.
-                        RecoveryEnd::NewLog | RecoveryEnd::Clean => SegmentEnd::Clean,
-                        RecoveryEnd::TornTail if r.dirty_end == r.valid_end => SegmentEnd::Clean,
-                        RecoveryEnd::TornTail => SegmentEnd::TornTail {
-                            dirty_end: r.dirty_end,
+                        LogEnd::Empty | LogEnd::Clean => LogEnd::Clean,
+                        // Zeros after the records: the preallocated segment's unwritten space.
+                        LogEnd::TornTail { .. } if r.dirty_end == r.valid_end => LogEnd::Clean,
+                        LogEnd::TornTail { valid_end, .. } => LogEnd::TornTail {
+                            valid_end,
+                            torn_end: r.dirty_end,
                         },
+                        LogEnd::Corrupt { .. } => unreachable!("replay refuses corruption"),
                     };
                     self.segments.push(SegmentSummary {
                         first_seq: open.first_seq,
@@ -346,7 +335,7 @@ impl SegmentReader {
                 records: 0,
                 valid_end: 0,
                 file_len,
-                end: SegmentEnd::Unfinished,
+                end: LogEnd::Empty,
             });
             return Ok(());
         }
@@ -392,10 +381,7 @@ impl SegmentReader {
             return None;
         }
         let segments = self.segments.clone();
-        let usable_last = segments
-            .iter()
-            .rev()
-            .find(|s| s.end != SegmentEnd::Unfinished);
+        let usable_last = segments.iter().rev().find(|s| s.end != LogEnd::Empty);
         let recovery = match usable_last {
             // With every segment truncated away, the log resumes after its checkpoint.
             None => Recovery::new_log(
@@ -409,12 +395,17 @@ impl SegmentReader {
                 valid_end: last.valid_end,
                 file_len: last.file_len,
                 dirty_end: match last.end {
-                    SegmentEnd::TornTail { dirty_end } => dirty_end,
-                    SegmentEnd::Clean | SegmentEnd::Unfinished => last.valid_end,
+                    LogEnd::TornTail { torn_end, .. } => torn_end,
+                    _ => last.valid_end,
                 },
+                // The log's torn tail runs to the file's end, as a single file's does; the
+                // segment's own summary (and `dirty_end`) say where its non-zero bytes stop.
                 end: match last.end {
-                    SegmentEnd::TornTail { .. } => RecoveryEnd::TornTail,
-                    SegmentEnd::Clean | SegmentEnd::Unfinished => RecoveryEnd::Clean,
+                    LogEnd::TornTail { valid_end, .. } => LogEnd::TornTail {
+                        valid_end,
+                        torn_end: last.file_len,
+                    },
+                    _ => LogEnd::Clean,
                 },
             },
         };

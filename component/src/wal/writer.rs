@@ -15,15 +15,16 @@ use crate::vfs::{
 use super::executor::{SegmentSite, start_segment, write_group, write_segmented_group};
 use super::group_commit::{Group, GroupCommit, LeaderStep, Leadership, WaitState};
 use super::lock::lock_writer;
-use super::replay::{Recovery, RecoveryEnd, replay};
+use super::replay::{Recovery, replay};
 use super::segment::{
-    self, SEGMENT_BYTES_MIN, SegmentEnd, SegmentRetention, SegmentedRecovery, WalTruncation, join,
+    self, SEGMENT_BYTES_MIN, SegmentRetention, SegmentedRecovery, WalTruncation, join,
     segment_file_name,
 };
 use super::{
     DurabilityPolicy, LogSeq, WAL_VERSION, WalOpenError, WalOptions, WalRetentionError,
     WalRetireError, WalWriteError,
 };
+use crate::recovery::LogEnd;
 
 pub use super::group_commit::{VisibleRecord, WalRetirement, WalWriterStats};
 
@@ -109,7 +110,7 @@ pub async fn setup_log<Io: DeviceIo>(
     );
     let sync = options.policy.group_sync();
     let core = match recovery.end {
-        RecoveryEnd::NewLog => {
+        LogEnd::Empty => {
             let header = FileHeader {
                 family: Family::Wal,
                 version: WAL_VERSION,
@@ -127,9 +128,10 @@ pub async fn setup_log<Io: DeviceIo>(
             }
             core
         }
-        RecoveryEnd::Clean | RecoveryEnd::TornTail => {
+        LogEnd::Corrupt { .. } => unreachable!("replay refuses corruption with an error"),
+        LogEnd::Clean | LogEnd::TornTail { .. } => {
             let mut core = GroupCommit::new(&options, recovery.next_seq, recovery.valid_end);
-            if recovery.end == RecoveryEnd::TornTail {
+            if recovery.end.is_torn() {
                 // The unfinished group is cut before anything new is appended; syncing the cut
                 // closes the window where a crash could bring its bytes back after records that
                 // we append later.
@@ -244,11 +246,11 @@ pub async fn setup_segments<Io: DeviceIo>(
         Some(last) => {
             let path = join(dir, &segment_file_name(last.first_seq));
             let file = io.open(&path, OpenMode::Existing)?;
-            if let SegmentEnd::TornTail { dirty_end } = last.end {
+            if let LogEnd::TornTail { torn_end, .. } = last.end {
                 // The cleared tail must be durable before anything is appended after it, or a
                 // crash could bring the torn bytes back behind new records. Zeroed, not cut:
                 // cutting would undo the preallocation.
-                write_zeros(io, &file, last.valid_end, dirty_end).await?;
+                write_zeros(io, &file, last.valid_end, torn_end).await?;
                 if let Some(kind) = sync {
                     io.sync(&file, kind).await?;
                     file_syncs += 1;

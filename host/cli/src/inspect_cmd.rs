@@ -1,7 +1,8 @@
 //! `stele inspect PATH` and `stele verify PATH`: any Stele file (or WAL segment directory),
 //! recognised by its header rather than its name, read with the engine's own recovery code
 //! (natively, read-only) and described: family, version, header word, records (ops, frames),
-//! byte ranges and how the valid prefix ends. `verify` turns that ending into its exit status.
+//! byte ranges and how the valid prefix ends (the engine's own `stele::recovery::LogEnd`).
+//! `verify` turns that ending into its exit status.
 
 use std::path::Path;
 use std::process::ExitCode;
@@ -9,64 +10,78 @@ use std::sync::Arc;
 
 use anyhow::{Context, Result};
 use stele::header::{Family, FileHeader, HEADER_BYTES};
+use stele::recovery::LogEnd;
 use stele::vfs::{OpenMode, Vfs, VfsFile};
-use stele::wal::segment::SegmentEnd;
-use stele::wal::{LogSeq, RecoveryEnd, WalOpenError, WalReader};
+use stele::wal::{LogSeq, WalOpenError, WalReader};
 
 use crate::progress::{self, ProgressVfs};
 use crate::root_and_name;
 
-/// How the valid prefix of a log ends.
+/// What `inspect` reports and `verify` judges: how the engine's recovery says the valid prefix
+/// ends, or why it refused the file.
 #[derive(Debug)]
 enum Status {
-    Clean,
-    /// Bytes after `valid_end` are an unfinished write (a crash cut an append short); the next
-    /// writer cuts them. No acknowledged record is lost.
-    TornTail {
-        valid_end: u64,
-        file_len: u64,
-    },
+    /// Recovery read the file to the end of its valid prefix, and ended so. A torn tail is an
+    /// unfinished write that the next writer cuts (no acknowledged record is lost); a
+    /// corrupt end (the push log's streamed scan reports one) may hide acknowledged records.
+    Recovered(LogEnd),
     /// Damage that recovery refuses to cut (a valid record follows it, a bad header, a wrong
     /// version, a gap): acknowledged records may be behind it.
-    Corrupt {
-        offset: Option<u64>,
-        why: String,
-    },
+    Refused { offset: Option<u64>, why: String },
 }
 
 impl Status {
     fn exit_code(&self) -> u8 {
         match self {
-            Status::Clean => 0,
-            Status::TornTail { .. } => 1,
-            Status::Corrupt { .. } => 2,
+            Status::Recovered(LogEnd::Empty | LogEnd::Clean) => 0,
+            Status::Recovered(LogEnd::TornTail { .. }) => 1,
+            Status::Recovered(LogEnd::Corrupt { .. }) | Status::Refused { .. } => 2,
         }
     }
 
     fn name(&self) -> &'static str {
         match self {
-            Status::Clean => "clean",
-            Status::TornTail { .. } => "torn-tail",
-            Status::Corrupt { .. } => "corrupt",
+            Status::Recovered(LogEnd::Empty | LogEnd::Clean) => "clean",
+            Status::Recovered(LogEnd::TornTail { .. }) => "torn-tail",
+            Status::Recovered(LogEnd::Corrupt { .. }) | Status::Refused { .. } => "corrupt",
         }
     }
 
     fn describe(&self) -> String {
         match self {
-            Status::Clean => "clean".into(),
-            Status::TornTail {
+            Status::Recovered(LogEnd::Empty | LogEnd::Clean) => "clean".into(),
+            Status::Recovered(LogEnd::TornTail {
                 valid_end,
-                file_len,
-            } => format!(
+                torn_end,
+            }) => format!(
                 "torn tail at byte {valid_end}: {} bytes after it are an unfinished write, cut \
                  by the next writer; nothing acknowledged is lost",
-                file_len - valid_end
+                torn_end - valid_end
             ),
-            Status::Corrupt {
+            Status::Recovered(LogEnd::Corrupt {
+                offset,
+                valid_frame_at,
+            }) => format!(
+                "corrupt at byte {offset}: a damaged frame, and a valid one follows at byte \
+                 {valid_frame_at}"
+            ),
+            Status::Refused {
                 offset: Some(offset),
                 why,
             } => format!("corrupt at byte {offset}: {why}"),
-            Status::Corrupt { offset: None, why } => format!("corrupt: {why}"),
+            Status::Refused { offset: None, why } => format!("corrupt: {why}"),
+        }
+    }
+
+    /// Where the damage or the torn tail starts, and where the valid prefix ends, for `--json`.
+    fn offsets(&self) -> (Option<u64>, Option<u64>) {
+        match self {
+            Status::Recovered(LogEnd::Empty | LogEnd::Clean) => (None, None),
+            Status::Recovered(LogEnd::TornTail { valid_end, .. }) => {
+                (Some(*valid_end), Some(*valid_end))
+            }
+            Status::Recovered(LogEnd::Corrupt { offset, .. }) => (Some(*offset), None),
+            Status::Refused { offset, .. } => (*offset, None),
         }
     }
 }
@@ -105,7 +120,7 @@ impl Report {
             count: 0,
             bytes,
             spans: Vec::new(),
-            status: Status::Corrupt { offset, why },
+            status: Status::Refused { offset, why },
         }
     }
 
@@ -126,11 +141,7 @@ impl Report {
     }
 
     fn json(&self, path: &Path) -> String {
-        let (offset, valid_end) = match &self.status {
-            Status::Clean => (None, None),
-            Status::TornTail { valid_end, .. } => (Some(*valid_end), Some(*valid_end)),
-            Status::Corrupt { offset, .. } => (*offset, None),
-        };
+        let (offset, valid_end) = self.status.offsets();
         serde_json::json!({
             "path": path.display().to_string(),
             "kind": self.kind,
@@ -182,7 +193,7 @@ pub fn verify(path: &Path, json: bool) -> Result<ExitCode> {
 }
 
 /// Reads `path` with the engine's recovery for its family. `Err` only when the path cannot be
-/// read at all (missing, permissions); damage is a [`Status::Corrupt`] report.
+/// read at all (missing, permissions); damage is a [`Status::Refused`] report.
 fn examine(path: &Path) -> Result<Report> {
     let meta = std::fs::metadata(path).with_context(|| format!("{}", path.display()))?;
     let (fs, name) = root_and_name(path)?;
@@ -212,7 +223,7 @@ fn file(vfs: Arc<dyn Vfs>, name: &str, path: &Path) -> Result<Report> {
             count: 0,
             bytes: 0,
             spans: Vec::new(),
-            status: Status::Clean,
+            status: Status::Recovered(LogEnd::Empty),
         });
     }
     let mut head = vec![0u8; (len as usize).min(HEADER_BYTES)];
@@ -247,9 +258,9 @@ fn file(vfs: Arc<dyn Vfs>, name: &str, path: &Path) -> Result<Report> {
             bytes: len,
             spans: Vec::new(),
             status: if len == HEADER_BYTES as u64 {
-                Status::Clean
+                Status::Recovered(LogEnd::Clean)
             } else {
-                Status::Corrupt {
+                Status::Refused {
                     offset: Some(HEADER_BYTES as u64),
                     why: "a checkpoint is exactly one header".into(),
                 }
@@ -299,13 +310,7 @@ fn wal_file(file: &dyn VfsFile, len: u64) -> Report {
                 count: recovery.records,
                 bytes: len,
                 spans,
-                status: match recovery.end {
-                    RecoveryEnd::TornTail => Status::TornTail {
-                        valid_end: recovery.valid_end,
-                        file_len: recovery.file_len,
-                    },
-                    RecoveryEnd::Clean | RecoveryEnd::NewLog => Status::Clean,
-                },
+                status: Status::Recovered(recovery.end),
             }
         }
         Err(e) => Report::failed("wal", len, wal_error_offset(&e), error_chain(&e)),
@@ -356,7 +361,7 @@ fn wal_segments(vfs: Arc<dyn Vfs>, name: &str, total: u64) -> Result<Report> {
         ));
     };
     let mut spans = Vec::new();
-    let mut status = Status::Clean;
+    let mut status = Status::Recovered(LogEnd::Clean);
     for segment in &found.segments {
         let file_name = stele::wal::segment::segment_file_name(segment.first_seq);
         spans.push(Span {
@@ -365,19 +370,18 @@ fn wal_segments(vfs: Arc<dyn Vfs>, name: &str, total: u64) -> Result<Report> {
             end: segment.valid_end,
         });
         match segment.end {
-            SegmentEnd::Clean => {}
-            SegmentEnd::TornTail { dirty_end } => {
+            // Recovery refuses corruption in a segment with an error, handled above.
+            LogEnd::Clean | LogEnd::Corrupt { .. } => {}
+            torn @ LogEnd::TornTail { torn_end, .. } => {
                 spans.push(Span {
                     what: format!("{file_name}: torn tail (an unfinished write)"),
                     start: segment.valid_end,
-                    end: dirty_end,
+                    end: torn_end,
                 });
-                status = Status::TornTail {
-                    valid_end: segment.valid_end,
-                    file_len: dirty_end,
-                };
+                // The segment's own end: its torn bytes stop at its last non-zero byte.
+                status = Status::Recovered(torn);
             }
-            SegmentEnd::Unfinished => {
+            LogEnd::Empty => {
                 spans.push(Span {
                     what: format!("{file_name}: unfinished rotation (no header yet)"),
                     start: 0,
@@ -415,14 +419,7 @@ fn journal(file: &dyn VfsFile, len: u64) -> Report {
                 count: recovery.ops,
                 bytes: len,
                 spans,
-                status: if recovery.torn_tail {
-                    Status::TornTail {
-                        valid_end: recovery.valid_end,
-                        file_len: recovery.file_len,
-                    }
-                } else {
-                    Status::Clean
-                },
+                status: Status::Recovered(recovery.end),
             }
         }
         Err(e) => {
@@ -438,7 +435,7 @@ fn journal(file: &dyn VfsFile, len: u64) -> Report {
 }
 
 fn push_log(vfs: Arc<dyn Vfs>, name: &str, len: u64) -> Report {
-    use stele::push_log::{PushLog, PushLogEnd, PushLogError};
+    use stele::push_log::{PushLog, PushLogError};
     let offset_of = |e: &PushLogError| match e {
         PushLogError::Corrupt { offset, .. } | PushLogError::MalformedFrame { offset, .. } => {
             Some(*offset)
@@ -466,33 +463,16 @@ fn push_log(vfs: Arc<dyn Vfs>, name: &str, len: u64) -> Report {
             Err(e) => return Report::failed("push-log", len, offset_of(&e), error_chain(&e)),
         }
     }
-    let (status, valid_end) = match scan.end() {
-        PushLogEnd::Clean => (Status::Clean, len),
-        PushLogEnd::TornTail {
+    let end = scan.end();
+    let (valid_end, file_len) = match end {
+        LogEnd::TornTail {
             valid_end,
-            file_len,
-        } => (
-            Status::TornTail {
-                valid_end,
-                file_len,
-            },
-            valid_end,
-        ),
-        PushLogEnd::Corrupt {
-            offset,
-            valid_frame_at,
-        } => (
-            Status::Corrupt {
-                offset: Some(offset),
-                why: format!("a damaged frame, and a valid one follows at byte {valid_frame_at}"),
-            },
-            offset,
-        ),
+            torn_end,
+        } => (valid_end, torn_end),
+        LogEnd::Corrupt { offset, .. } => (offset, offset),
+        LogEnd::Empty | LogEnd::Clean => (len, len),
     };
-    let file_len = match status {
-        Status::TornTail { file_len, .. } => file_len,
-        _ => valid_end,
-    };
+    let status = Status::Recovered(end);
     let spans = body_spans(
         format!("{frames} frames, {rows} rows"),
         valid_end,

@@ -8,7 +8,7 @@ use std::time::Instant;
 use anyhow::{Context, Result, bail};
 use clap::{Parser, Subcommand};
 use stele::journal::{JournalOp, SessionState, encode_frames, snapshot_ops};
-use stele::wal::{DurabilityPolicy, RecoveryEnd, WalOpenError, WalOptions};
+use stele::wal::{DurabilityPolicy, LogEnd, WalOpenError, WalOptions};
 use stele_host::fs::RealFs;
 use stele_host::{Journal, Mode, Wal, WalError, read_wal, replay_journal};
 
@@ -515,7 +515,7 @@ fn journal_dump(path: &std::path::Path, json: bool, mode: Mode) -> Result<()> {
                 "ops": recovery.ops,
                 "valid_end": recovery.valid_end,
                 "file_len": recovery.file_len,
-                "torn_tail": recovery.torn_tail,
+                "torn_tail": recovery.torn_tail(),
             })
         );
         return Ok(());
@@ -543,7 +543,10 @@ fn journal_dump(path: &std::path::Path, json: bool, mode: Mode) -> Result<()> {
     }
     println!(
         "ops={} valid_end={} file_len={} torn_tail={}",
-        recovery.ops, recovery.valid_end, recovery.file_len, recovery.torn_tail
+        recovery.ops,
+        recovery.valid_end,
+        recovery.file_len,
+        recovery.torn_tail()
     );
     Ok(())
 }
@@ -553,7 +556,7 @@ fn journal_verify(path: &std::path::Path) -> ExitCode {
         stele::journal::replay_file(&*file).with_context(|| format!("{}", path.display()))
     });
     match scanned {
-        Ok((_, recovery)) if !recovery.torn_tail => {
+        Ok((_, recovery)) if !recovery.torn_tail() => {
             println!(
                 "{}: clean, {} ops, {} bytes",
                 path.display(),
@@ -789,7 +792,7 @@ struct DemoRow {
     groups: u64,
     histogram: Vec<u64>,
     recovered: u64,
-    recovery_end: RecoveryEnd,
+    recovery_end: LogEnd,
 }
 
 fn demo(args: DemoArgs) -> Result<()> {

@@ -5,8 +5,8 @@ use std::sync::Arc;
 
 use anyhow::{Context, Result, bail};
 use stele::vfs::Vfs;
-use stele::wal::segment::{SEGMENT_BYTES_DEFAULT, SegmentEnd, segment_file_name};
-use stele::wal::{DurabilityPolicy, LogSeq, RecoveryEnd, WalOptions, WalReader, WalWriter};
+use stele::wal::segment::{SEGMENT_BYTES_DEFAULT, segment_file_name};
+use stele::wal::{DurabilityPolicy, LogEnd, LogSeq, WalOptions, WalReader, WalWriter};
 
 use stele_host::fs::RealFs;
 
@@ -103,11 +103,12 @@ pub fn segments(dir: &Path, json: bool) -> Result<()> {
     Ok(())
 }
 
-fn state(end: SegmentEnd) -> String {
+fn state(end: LogEnd) -> String {
     match end {
-        SegmentEnd::Clean => "clean".to_owned(),
-        SegmentEnd::TornTail { dirty_end } => format!("torn tail (non-zero bytes to {dirty_end})"),
-        SegmentEnd::Unfinished => "unfinished rotation (no header)".to_owned(),
+        LogEnd::Clean => "clean".to_owned(),
+        LogEnd::TornTail { torn_end, .. } => format!("torn tail (non-zero bytes to {torn_end})"),
+        LogEnd::Empty => "unfinished rotation (no header)".to_owned(),
+        LogEnd::Corrupt { offset, .. } => format!("corrupt at byte {offset}"),
     }
 }
 
@@ -181,7 +182,7 @@ pub fn convert(from: &Path, to: &Path, segment_bytes: Option<u64>) -> Result<()>
         );
     }
     let dropped = match recovery.end {
-        RecoveryEnd::TornTail => format!(
+        LogEnd::TornTail { .. } => format!(
             "; the source's torn tail ({} bytes) was not copied",
             recovery.torn_bytes()
         ),
