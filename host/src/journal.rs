@@ -4,9 +4,11 @@
 //! and the caller's buffer to tokio's blocking pool and takes them back, so the executor never
 //! blocks on a write or an fsync, and `append` gives back the caller's own allocation.
 //! - [`Mode::Native`]: the engine's [`JournalFile`] over the caller's [`Vfs`].
-//! - [`Mode::Sandboxed`]: the async-ABI component's `journal-async` export, in a store of its
-//!   own; its `vfs-async` imports run inline on the blocking thread that drives the call.
-//! - [`Mode::SandboxedPlain`]: the plain component's `journal` export.
+//! - [`Mode::Sandboxed`]: the async-ABI component's `journal-async` export, one instance served
+//!   by the store driver as the sandboxed WAL's and push log's are: the blocking thread that
+//!   makes a call drives the instance, and runs its sync, when the call is alone.
+//! - [`Mode::SandboxedPlain`]: the plain component's `journal` export, in an instance of its
+//!   own whose calls are serialized.
 //!
 //! Durability claims are the engine's ([`JournalFile::append`], [`JournalFile::compact`]);
 //! they hold in every mode, because the guest issues the same syncs through its imports.
@@ -19,9 +21,10 @@ use wasmtime::Store;
 use wasmtime::component::ResourceAny;
 
 use crate::bindings;
-use crate::bindings::engine_async as bindings_async;
+use crate::bindings::exports::stele::log::journal as plain_wit;
 use crate::convert::{async_journal, plain_journal};
-use crate::runtime::{GuestState, Runtime, SandboxLimits, StickyFailure, trap_error};
+use crate::runtime::{GuestState, PlainInstance, Runtime, SandboxLimits, trap_error};
+use crate::sandbox_async::journal_session::{self, AsyncJournal, JournalRequest};
 use crate::{Mode, SandboxError};
 
 /// Any error a [`Journal`] call can return: the engine's, in every mode, plus what only the
@@ -163,42 +166,24 @@ fn flatten<R>(answer: wasmtime::Result<wasmtime::Result<R>>) -> Result<R, Sandbo
 }
 
 /// The journal each mode drives, behind one blocking interface.
-#[derive(Debug)]
 pub(crate) enum HostJournal {
     Native(JournalFile<ReadyIo>),
-    Sandboxed(Box<GuestJournal>),
+    /// The async instance, served by the store driver; a call blocks the pool thread it runs
+    /// on, which drives the instance (and its sync) itself when the call is alone.
+    Sandboxed(AsyncJournal),
+    SandboxedPlain(Box<PlainInstance>),
 }
 
-/// A journal writer inside a component instance of its own.
-pub(crate) struct GuestJournal {
-    store: Store<GuestState>,
-    instance: GuestInstance,
-    writer: ResourceAny,
-    /// The first trap: the instance's state is then unknown, so every later call is refused
-    /// with it.
-    trapped: StickyFailure,
-}
-
-// Both variants live in the boxed `GuestJournal`, so their size difference costs nothing.
-#[allow(clippy::large_enum_variant)]
-enum GuestInstance {
-    Async(bindings_async::EngineAsync),
-    Plain(bindings::Engine),
-}
-
-impl std::fmt::Debug for GuestJournal {
+impl std::fmt::Debug for HostJournal {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("GuestJournal")
-            .field("trapped", &self.trapped)
-            .finish_non_exhaustive()
+        match self {
+            HostJournal::Native(file) => f.debug_tuple("Native").field(file).finish(),
+            HostJournal::Sandboxed(_) => f.write_str("Sandboxed"),
+            HostJournal::SandboxedPlain(guest) => {
+                f.debug_tuple("SandboxedPlain").field(guest).finish()
+            }
+        }
     }
-}
-
-/// One journal call, as each build's bindings spell it.
-enum Call<'a> {
-    Append(&'a [u8]),
-    Compact(&'a [u8]),
-    CleanEnd,
 }
 
 impl HostJournal {
@@ -208,96 +193,39 @@ impl HostJournal {
         mode: Mode,
         limits: SandboxLimits,
     ) -> Result<HostJournal, JournalError> {
-        let runtime = match mode {
-            Mode::Native => return Ok(HostJournal::Native(JournalFile::open_blocking(vfs, path)?)),
-            Mode::Sandboxed | Mode::SandboxedPlain => Runtime::get()?,
-        };
-        let guest = if mode == Mode::Sandboxed {
-            let mut store = runtime.store_for_async_inline(vfs, limits);
-            let engine = futures::executor::block_on(runtime.instantiate_async_in(&mut store))?;
-            let api = engine.stele_log_journal_async().writer();
-            let path = path.to_owned();
-            let answer = futures::executor::block_on(
-                store.run_concurrent(async |acc| api.call_open(acc, path).await),
-            );
-            let writer = flatten(answer)?.map_err(async_journal::from_wit_journal_error)?;
-            GuestJournal {
-                store,
-                instance: GuestInstance::Async(engine),
-                writer,
-                trapped: StickyFailure::default(),
-            }
-        } else {
-            let (mut store, engine) = runtime.instantiate(vfs, limits)?;
-            let writer = engine
-                .stele_log_journal()
-                .writer()
-                .call_open(&mut store, path)
-                .map_err(trap_error)?
-                .map_err(plain_journal::from_wit_journal_error)?;
-            GuestJournal {
-                store,
-                instance: GuestInstance::Plain(engine),
-                writer,
-                trapped: StickyFailure::default(),
-            }
-        };
-        Ok(HostJournal::Sandboxed(Box::new(guest)))
-    }
-}
-
-impl GuestJournal {
-    /// Makes one call in the instance, turning a trap into a sticky [`SandboxError`].
-    fn call(&mut self, call: Call<'_>) -> Result<u64, JournalError> {
-        let (store, instance, writer) = (&mut self.store, &self.instance, self.writer);
-        let answer = self.trapped.run(|| {
-            store.data_mut().touch();
-            Self::call_in(store, instance, writer, call)
-        })?;
-        Ok(answer?)
-    }
-
-    /// One call into `instance`; the outer `Err` is a trap.
-    fn call_in(
-        store: &mut Store<GuestState>,
-        instance: &GuestInstance,
-        writer: ResourceAny,
-        call: Call<'_>,
-    ) -> Result<Result<u64, stele::journal::JournalError>, SandboxError> {
-        match instance {
-            GuestInstance::Async(engine) => {
-                let api = engine.stele_log_journal_async().writer();
-                let answer = futures::executor::block_on(store.run_concurrent(async |acc| {
-                    match call {
-                        Call::Append(frames) => api
-                            .call_append(acc, writer, frames.to_vec())
-                            .await
-                            .map(|r| r.map(|()| 0)),
-                        Call::Compact(snapshot) => api
-                            .call_compact(acc, writer, snapshot.to_vec())
-                            .await
-                            .map(|r| r.map(|()| 0)),
-                        Call::CleanEnd => api.call_clean_end(acc, writer).await.map(Ok),
-                    }
-                }));
-                flatten(answer).map(|r| r.map_err(async_journal::from_wit_journal_error))
-            }
-            GuestInstance::Plain(engine) => {
-                let api = engine.stele_log_journal().writer();
-                let answer = match call {
-                    Call::Append(frames) => api
-                        .call_append(store, writer, frames)
-                        .map(|r| r.map(|()| 0)),
-                    Call::Compact(snapshot) => api
-                        .call_compact(store, writer, snapshot)
-                        .map(|r| r.map(|()| 0)),
-                    Call::CleanEnd => api.call_clean_end(store, writer).map(Ok),
-                };
-                answer
-                    .map(|r| r.map_err(plain_journal::from_wit_journal_error))
-                    .map_err(trap_error)
+        match mode {
+            Mode::Native => Ok(HostJournal::Native(JournalFile::open_blocking(vfs, path)?)),
+            Mode::Sandboxed => Ok(HostJournal::Sandboxed(journal_session::start(
+                vfs, path, limits,
+            )?)),
+            Mode::SandboxedPlain => {
+                let (mut store, engine) = Runtime::get()?.instantiate(vfs, limits)?;
+                let writer = engine
+                    .stele_log_journal()
+                    .writer()
+                    .call_open(&mut store, path)
+                    .map_err(trap_error)?
+                    .map_err(plain_journal::from_wit_journal_error)?;
+                Ok(HostJournal::SandboxedPlain(Box::new(PlainInstance::new(
+                    store, engine, writer,
+                ))))
             }
         }
+    }
+
+    /// One call in the plain instance; a trap is sticky ([`PlainInstance::call`]).
+    fn plain<R>(
+        guest: &mut PlainInstance,
+        call: impl FnOnce(
+            &mut Store<GuestState>,
+            &plain_wit::GuestWriter<'_>,
+            ResourceAny,
+        ) -> wasmtime::Result<Result<R, plain_wit::JournalError>>,
+    ) -> Result<R, JournalError> {
+        let answer = guest.call(|store, engine: &bindings::Engine, writer| {
+            call(store, &engine.stele_log_journal().writer(), writer)
+        })?;
+        Ok(answer.map_err(plain_journal::from_wit_journal_error)?)
     }
 }
 
@@ -305,28 +233,49 @@ impl BlockingJournal for HostJournal {
     type Error = JournalError;
 
     fn append(&mut self, frames: &[u8]) -> Result<(), JournalError> {
+        if !matches!(self, HostJournal::Native(_)) {
+            // Refused here as the writer would refuse it, not after a copy into the guest's
+            // memory, which may be smaller than the append.
+            stele::journal::check_append(frames)?;
+        }
         match self {
             HostJournal::Native(file) => Ok(file.append_blocking(frames)?),
-            HostJournal::Sandboxed(guest) => {
-                // Refused here as the writer would refuse it, not after a copy into the
-                // guest's memory, which may be smaller than the append.
-                stele::journal::check_append(frames)?;
-                guest.call(Call::Append(frames)).map(drop)
+            HostJournal::Sandboxed(driver) => {
+                driver.request_blocking(|reply| JournalRequest::Append {
+                    frames: frames.to_vec(),
+                    reply,
+                })
             }
+            HostJournal::SandboxedPlain(guest) => Self::plain(guest, |store, api, writer| {
+                api.call_append(store, writer, frames)
+            }),
         }
     }
 
     fn compact(&mut self, snapshot: &[u8]) -> Result<(), JournalError> {
         match self {
             HostJournal::Native(file) => Ok(file.compact_blocking(snapshot)?),
-            HostJournal::Sandboxed(guest) => guest.call(Call::Compact(snapshot)).map(drop),
+            HostJournal::Sandboxed(driver) => {
+                driver.request_blocking(|reply| JournalRequest::Compact {
+                    snapshot: snapshot.to_vec(),
+                    reply,
+                })
+            }
+            HostJournal::SandboxedPlain(guest) => Self::plain(guest, |store, api, writer| {
+                api.call_compact(store, writer, snapshot)
+            }),
         }
     }
 
     fn clean_end(&mut self) -> Result<u64, JournalError> {
         match self {
             HostJournal::Native(file) => Ok(JournalFile::clean_end(file)),
-            HostJournal::Sandboxed(guest) => guest.call(Call::CleanEnd),
+            HostJournal::Sandboxed(driver) => {
+                driver.request_blocking(|reply| JournalRequest::CleanEnd { reply })
+            }
+            HostJournal::SandboxedPlain(guest) => Self::plain(guest, |store, api, writer| {
+                api.call_clean_end(store, writer).map(Ok)
+            }),
         }
     }
 

@@ -1,14 +1,17 @@
 //! [`PushLog`]: the push log's API with `arrow` record batches, the same in every [`Mode`].
 //!
 //! - [`Mode::Native`]: the engine's [`stele::push_log::PushLog`] over the caller's [`Vfs`].
-//! - [`Mode::Sandboxed`] and [`Mode::SandboxedPlain`]: the component's `stele:log/push-log`
-//!   export, in an instance of its own. Batches cross as Arrow IPC stream bytes; the guest
-//!   decodes each pushed batch and checks its schema before writing. The push log has no async
-//!   export (a push is one write and one sync, and the log serializes its pushes), so both
-//!   sandboxed modes run the plain build.
+//! - [`Mode::Sandboxed`]: the async-ABI component's `stele:log/push-log-async` export, one
+//!   instance serving every thread concurrently through the store driver (as the sandboxed
+//!   WAL's does): while one push awaits its sync, a scan or a count from another thread runs,
+//!   and a second push waits in the guest for the first.
+//! - [`Mode::SandboxedPlain`]: the plain component's `stele:log/push-log` export, in an
+//!   instance of its own whose calls are serialized.
 //!
-//! Durability claims are the engine's ([`stele::push_log::PushLog::append`] and `compact`);
-//! they hold in every mode, because the guest issues the same syncs through its imports.
+//! Batches cross as Arrow IPC stream bytes; the guest decodes each pushed batch and checks its
+//! schema before writing. Durability claims are the engine's
+//! ([`stele::push_log::PushLog::append`] and `compact`); they hold in every mode, because the
+//! guest issues the same syncs through its imports.
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -16,7 +19,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use arrow_array::RecordBatch;
 use arrow_schema::SchemaRef;
 use stele::push_log::{
-    self as engine, CompactionPolicy, CompactionReport, Finish, PushLogError, ReservedSection,
+    self as engine, CompactionPolicy, CompactionReport, PushLogError, ReservedSection,
     ScannedFrame, ipc,
 };
 pub use stele::recovery::LogEnd;
@@ -26,7 +29,12 @@ use wasmtime::component::ResourceAny;
 
 use crate::bindings;
 use crate::bindings::exports::stele::log::push_log as wit;
+use crate::convert::plain_push_log::{
+    from_wit_frames, from_wit_push_log_error, from_wit_report, from_wit_scan_end, from_wit_section,
+    wit_policy,
+};
 use crate::runtime::{GuestState, PlainInstance, Runtime, SandboxLimits, trap_error};
+use crate::sandbox_async::push_log_session::{self, AsyncPushLog, PushLogRequest};
 use crate::{Mode, SandboxError};
 
 /// Any error a [`PushLog`] call can return: the engine's (typed the same in every mode; Arrow
@@ -52,51 +60,28 @@ pub struct PushLog {
     inner: Inner,
 }
 
-#[derive(Debug)]
 enum Inner {
     Native(engine::PushLog),
-    Sandboxed(Mutex<PlainInstance>),
+    Sandboxed(Guest),
 }
 
-fn from_wit(err: wit::PushLogError) -> PushLogCallError {
-    use wit::PushLogError as E;
-    let engine_error = match err {
-        E::Vfs(e) => PushLogError::Vfs(crate::vfs_host::from_wit(e)),
-        E::BadHeader(h) => PushLogError::BadHeader(crate::convert::plain::from_wit_header(h)),
-        E::SchemaMismatch(found) => PushLogError::SchemaMismatch { found },
-        E::PushTooLarge(s) => PushLogError::PushTooLarge {
-            bytes: usize::try_from(s.bytes).unwrap_or(usize::MAX),
-            bytes_max: usize::try_from(s.bytes_max).unwrap_or(usize::MAX),
-        },
-        E::Corrupt(d) => PushLogError::Corrupt {
-            offset: d.offset,
-            valid_frame_at: d.valid_frame_at,
-        },
-        E::MalformedFrame(m) => PushLogError::MalformedFrame {
-            offset: m.offset,
-            why: m.why,
-        },
-        E::Locked(lock_path) => PushLogError::Locked { lock_path },
-        E::AppendFailed(f) => PushLogError::AppendFailed {
-            cause: crate::vfs_host::from_wit(f.cause),
-            rolled_back: f.rolled_back,
-        },
-        E::Arrow(message) => return PushLogCallError::Arrow(message),
-    };
-    engine_error.into()
-}
-
-fn from_wit_report(r: wit::CompactionReport) -> CompactionReport {
-    CompactionReport {
-        frames_before: r.frames_before as usize,
-        frames_after: r.frames_after as usize,
-        rows: r.rows as usize,
-        bytes_before: r.bytes_before,
-        bytes_after: r.bytes_after,
-        // The component exports whole compactions only (the crash points are native test
-        // hooks, `stele::push_log::PushLog::compact_with`).
-        finished: Finish::Swap,
+impl std::fmt::Debug for Inner {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Inner::Native(log) => f.debug_tuple("Native").field(log).finish(),
+            Inner::Sandboxed(Guest::Async(_)) => f.write_str("Sandboxed"),
+            Inner::Sandboxed(Guest::Plain(guest)) => {
+                f.debug_tuple("SandboxedPlain").field(guest).finish()
+            }
+        }
     }
+}
+
+/// A sandboxed log's instance: the calls [`PushLog`] and its scans make, the same for both
+/// builds, answered in the engine's types.
+enum Guest {
+    Async(AsyncPushLog),
+    Plain(Mutex<PlainInstance>),
 }
 
 fn arrow(e: impl std::fmt::Display) -> PushLogCallError {
@@ -127,7 +112,13 @@ impl PushLog {
     ) -> Result<PushLog, PushLogCallError> {
         let inner = match mode {
             Mode::Native => Inner::Native(engine::PushLog::new(vfs, path, schema.clone())),
-            Mode::Sandboxed | Mode::SandboxedPlain => {
+            Mode::Sandboxed => {
+                let schema_ipc = ipc::encode_schema(&schema).map_err(arrow)?;
+                Inner::Sandboxed(Guest::Async(push_log_session::start(
+                    vfs, path, schema_ipc, limits,
+                )?))
+            }
+            Mode::SandboxedPlain => {
                 let (mut store, engine) = Runtime::get()?.instantiate(vfs, limits)?;
                 let schema_ipc = ipc::encode_schema(&schema).map_err(arrow)?;
                 let log = engine
@@ -135,8 +126,10 @@ impl PushLog {
                     .log()
                     .call_open(&mut store, path, &schema_ipc)
                     .map_err(trap_error)?
-                    .map_err(from_wit)?;
-                Inner::Sandboxed(Mutex::new(PlainInstance::new(store, engine, log)))
+                    .map_err(from_wit_push_log_error)?;
+                Inner::Sandboxed(Guest::Plain(Mutex::new(PlainInstance::new(
+                    store, engine, log,
+                ))))
             }
         };
         Ok(PushLog { schema, inner })
@@ -145,22 +138,6 @@ impl PushLog {
     /// The schema every batch of this log has.
     pub fn schema(&self) -> &SchemaRef {
         &self.schema
-    }
-
-    /// Runs one call in the instance; see [`PlainInstance::call`].
-    fn guest<R>(
-        guest: &Mutex<PlainInstance>,
-        call: impl FnOnce(
-            &mut Store<GuestState>,
-            &bindings::Engine,
-            ResourceAny,
-        ) -> wasmtime::Result<Result<R, wit::PushLogError>>,
-    ) -> Result<R, PushLogCallError> {
-        let result = guest
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .call(call)?;
-        result.map_err(from_wit)
     }
 
     /// Appends one push and makes it durable; returns its frame's offset. See
@@ -173,9 +150,7 @@ impl PushLog {
                 let bytes = ipc::encode_stream(batch).map_err(arrow)?;
                 // Refused here, not after a copy into the guest's memory, which may be smaller.
                 engine::check_push_size(bytes.len())?;
-                Self::guest(guest, |st, e, log| {
-                    e.stele_log_push_log().log().call_append(st, log, &bytes)
-                })
+                guest.append(bytes)
             }
         }
     }
@@ -187,17 +162,12 @@ impl PushLog {
     pub fn scan(&self) -> Result<PushLogScan<'_>, PushLogCallError> {
         let source = match &self.inner {
             Inner::Native(log) => Source::Native(log.scan()?),
-            Inner::Sandboxed(guest) => {
-                let handle = Self::guest(guest, |st, e, log| {
-                    e.stele_log_push_log().log().call_scan(st, log)
-                })?;
-                Source::Sandboxed {
-                    guest,
-                    handle: Some(handle),
-                    fetched: VecDeque::new(),
-                    end: None,
-                }
-            }
+            Inner::Sandboxed(guest) => Source::Sandboxed {
+                handle: Some(guest.open_scan()?),
+                guest,
+                fetched: VecDeque::new(),
+                end: None,
+            },
         };
         Ok(PushLogScan {
             schema: &self.schema,
@@ -219,10 +189,7 @@ impl PushLog {
     pub fn frame_count(&self) -> Result<usize, PushLogCallError> {
         match &self.inner {
             Inner::Native(log) => Ok(log.frame_count()?),
-            Inner::Sandboxed(guest) => Self::guest(guest, |st, e, log| {
-                e.stele_log_push_log().log().call_frame_count(st, log)
-            })
-            .map(|n| n as usize),
+            Inner::Sandboxed(guest) => guest.frame_count().map(|n| n as usize),
         }
     }
 
@@ -231,10 +198,7 @@ impl PushLog {
     pub fn compact(&self) -> Result<CompactionReport, PushLogCallError> {
         match &self.inner {
             Inner::Native(log) => Ok(log.compact()?),
-            Inner::Sandboxed(guest) => Self::guest(guest, |st, e, log| {
-                e.stele_log_push_log().log().call_compact(st, log)
-            })
-            .map(from_wit_report),
+            Inner::Sandboxed(guest) => guest.compact(),
         }
     }
 
@@ -246,18 +210,7 @@ impl PushLog {
     ) -> Result<Option<CompactionReport>, PushLogCallError> {
         match &self.inner {
             Inner::Native(log) => Ok(log.maybe_compact(policy)?),
-            Inner::Sandboxed(guest) => {
-                let policy = wit::CompactionPolicy {
-                    frames: policy.frames.map(|n| n as u64),
-                    bytes: policy.bytes,
-                };
-                Self::guest(guest, |st, e, log| {
-                    e.stele_log_push_log()
-                        .log()
-                        .call_maybe_compact(st, log, policy)
-                })
-                .map(|r| r.map(from_wit_report))
-            }
+            Inner::Sandboxed(guest) => guest.maybe_compact(policy),
         }
     }
 
@@ -267,15 +220,139 @@ impl PushLog {
     pub fn seal_section(&self, module_name: &str) -> Result<ReservedSection, PushLogCallError> {
         match &self.inner {
             Inner::Native(log) => Ok(log.seal_section(module_name)?),
-            Inner::Sandboxed(guest) => Self::guest(guest, |st, e, log| {
-                e.stele_log_push_log()
-                    .log()
-                    .call_seal_section(st, log, module_name)
-            })
-            .map(|s| ReservedSection {
-                name: s.name,
-                payload: s.payload,
+            Inner::Sandboxed(guest) => guest.seal_section(module_name),
+        }
+    }
+}
+
+impl Guest {
+    /// Runs one call in the plain instance; see [`PlainInstance::call`].
+    fn plain<R>(
+        guest: &Mutex<PlainInstance>,
+        call: impl FnOnce(
+            &mut Store<GuestState>,
+            &wit::GuestLog<'_>,
+            ResourceAny,
+        ) -> wasmtime::Result<Result<R, wit::PushLogError>>,
+    ) -> Result<R, PushLogCallError> {
+        let result = guest
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .call(|st, e: &bindings::Engine, log| call(st, &e.stele_log_push_log().log(), log))?;
+        result.map_err(from_wit_push_log_error)
+    }
+
+    /// [`Self::plain`] for a call on a scan resource.
+    fn plain_scan<R>(
+        guest: &Mutex<PlainInstance>,
+        call: impl FnOnce(
+            &mut Store<GuestState>,
+            &wit::GuestScan<'_>,
+        ) -> wasmtime::Result<Result<R, wit::PushLogError>>,
+    ) -> Result<R, PushLogCallError> {
+        let result = guest
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .call(|st, e: &bindings::Engine, _| call(st, &e.stele_log_push_log().scan()))?;
+        result.map_err(from_wit_push_log_error)
+    }
+
+    fn append(&self, batch_ipc: Vec<u8>) -> Result<u64, PushLogCallError> {
+        match self {
+            Guest::Async(log) => {
+                log.request_blocking(|reply| PushLogRequest::Append { batch_ipc, reply })
+            }
+            Guest::Plain(g) => Self::plain(g, |st, api, log| api.call_append(st, log, &batch_ipc)),
+        }
+    }
+
+    fn open_scan(&self) -> Result<ResourceAny, PushLogCallError> {
+        match self {
+            Guest::Async(log) => log.request_blocking(|reply| PushLogRequest::Scan { reply }),
+            Guest::Plain(g) => Self::plain(g, |st, api, log| api.call_scan(st, log)),
+        }
+    }
+
+    fn next_frames(
+        &self,
+        scan: ResourceAny,
+        frames_max: u32,
+    ) -> Result<Vec<(u64, Vec<u8>)>, PushLogCallError> {
+        match self {
+            Guest::Async(log) => log.request_blocking(|reply| PushLogRequest::NextFrames {
+                scan,
+                frames_max,
+                reply,
             }),
+            Guest::Plain(g) => {
+                Self::plain_scan(g, |st, api| api.call_next_frames(st, scan, frames_max))
+                    .map(from_wit_frames)
+            }
+        }
+    }
+
+    fn scan_end(&self, scan: ResourceAny) -> Result<LogEnd, PushLogCallError> {
+        match self {
+            Guest::Async(log) => {
+                log.request_blocking(|reply| PushLogRequest::ScanEnd { scan, reply })
+            }
+            Guest::Plain(g) => {
+                Self::plain_scan(g, |st, api| api.call_end(st, scan).map(Ok)).map(from_wit_scan_end)
+            }
+        }
+    }
+
+    /// Releases a scan's resource; a trap here is already sticky on the instance.
+    fn close_scan(&self, scan: ResourceAny) {
+        let _ = match self {
+            Guest::Async(log) => {
+                log.request_blocking(|reply| PushLogRequest::CloseScan { scan, reply })
+            }
+            Guest::Plain(g) => Self::plain_scan(g, |st, _| scan.resource_drop(st).map(Ok)),
+        };
+    }
+
+    fn frame_count(&self) -> Result<u64, PushLogCallError> {
+        match self {
+            Guest::Async(log) => log.request_blocking(|reply| PushLogRequest::FrameCount { reply }),
+            Guest::Plain(g) => Self::plain(g, |st, api, log| api.call_frame_count(st, log)),
+        }
+    }
+
+    fn compact(&self) -> Result<CompactionReport, PushLogCallError> {
+        match self {
+            Guest::Async(log) => log.request_blocking(|reply| PushLogRequest::Compact { reply }),
+            Guest::Plain(g) => {
+                Self::plain(g, |st, api, log| api.call_compact(st, log)).map(from_wit_report)
+            }
+        }
+    }
+
+    fn maybe_compact(
+        &self,
+        policy: CompactionPolicy,
+    ) -> Result<Option<CompactionReport>, PushLogCallError> {
+        match self {
+            Guest::Async(log) => {
+                log.request_blocking(|reply| PushLogRequest::MaybeCompact { policy, reply })
+            }
+            Guest::Plain(g) => Self::plain(g, |st, api, log| {
+                api.call_maybe_compact(st, log, wit_policy(policy))
+            })
+            .map(|r| r.map(from_wit_report)),
+        }
+    }
+
+    fn seal_section(&self, module_name: &str) -> Result<ReservedSection, PushLogCallError> {
+        match self {
+            Guest::Async(log) => log.request_blocking(|reply| PushLogRequest::SealSection {
+                module_name: module_name.to_owned(),
+                reply,
+            }),
+            Guest::Plain(g) => Self::plain(g, |st, api, log| {
+                api.call_seal_section(st, log, module_name)
+            })
+            .map(from_wit_section),
         }
     }
 }
@@ -294,10 +371,11 @@ pub struct PushLogScan<'a> {
 enum Source<'a> {
     Native(engine::PushLogScan),
     Sandboxed {
-        guest: &'a Mutex<PlainInstance>,
+        guest: &'a Guest,
         /// The guest's scan resource, until the scan ends (or the scan is dropped).
         handle: Option<ResourceAny>,
-        fetched: VecDeque<wit::ScannedFrame>,
+        /// Offsets and IPC stream bytes, not yet decoded.
+        fetched: VecDeque<(u64, Vec<u8>)>,
         end: Option<LogEnd>,
     },
 }
@@ -332,28 +410,12 @@ impl PushLogScan<'_> {
         };
         if fetched.is_empty() {
             let scan = (*handle)?;
-            let frames = PushLog::guest(guest, |st, e, _| {
-                e.stele_log_push_log()
-                    .scan()
-                    .call_next_frames(st, scan, SCAN_FRAMES_PER_CALL)
-            });
-            match frames {
+            match guest.next_frames(scan, SCAN_FRAMES_PER_CALL) {
                 Ok(frames) if frames.is_empty() => {
-                    let found = PushLog::guest(guest, |st, e, _| {
-                        e.stele_log_push_log().scan().call_end(st, scan).map(Ok)
-                    });
+                    let found = guest.scan_end(scan);
                     close(guest, handle);
                     *end = Some(match found {
-                        Ok(Some(wit::ScanEnd::Empty)) => LogEnd::Empty,
-                        Ok(None | Some(wit::ScanEnd::Clean)) => LogEnd::Clean,
-                        Ok(Some(wit::ScanEnd::TornTail(t))) => LogEnd::TornTail {
-                            valid_end: t.valid_end,
-                            torn_end: t.file_len,
-                        },
-                        Ok(Some(wit::ScanEnd::Corrupt(d))) => LogEnd::Corrupt {
-                            offset: d.offset,
-                            valid_frame_at: d.valid_frame_at,
-                        },
+                        Ok(found) => found,
                         Err(e) => return Some(Err(e)),
                     });
                     return None;
@@ -367,28 +429,19 @@ impl PushLogScan<'_> {
         }
         // The guest forwards frame bodies undecoded (checksums verified): decoding them here
         // is the schema check, exactly as a native scan does it.
-        let frame = fetched.pop_front()?;
+        let (offset, ipc_stream) = fetched.pop_front()?;
         Some(
-            ipc::decode_stream(&frame.ipc_stream, self.schema)
-                .map(|batch| ScannedFrame {
-                    offset: frame.offset,
-                    batch,
-                })
-                .map_err(|why| {
-                    PushLogError::MalformedFrame {
-                        offset: frame.offset,
-                        why,
-                    }
-                    .into()
-                }),
+            ipc::decode_stream(&ipc_stream, self.schema)
+                .map(|batch| ScannedFrame { offset, batch })
+                .map_err(|why| PushLogError::MalformedFrame { offset, why }.into()),
         )
     }
 }
 
-/// Drops the guest's scan resource once; a trap here is already sticky on the instance.
-fn close(guest: &Mutex<PlainInstance>, handle: &mut Option<ResourceAny>) {
+/// Releases the guest's scan resource once.
+fn close(guest: &Guest, handle: &mut Option<ResourceAny>) {
     if let Some(scan) = handle.take() {
-        let _ = PushLog::guest(guest, |st, _, _| scan.resource_drop(st).map(Ok));
+        guest.close_scan(scan);
     }
 }
 

@@ -3,12 +3,13 @@
 //! bytes on disk.
 
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 
 use arrow_array::{Int64Array, RecordBatch, StringArray, UInt64Array};
 use stele::push_log::{Finish, PushLogError, refs};
 use stele::recovery::LogEnd;
 use stele_host::{Mode, PushLog, PushLogCallError};
-use stele_tests::{TempRoot, every_mode};
+use stele_tests::{FailingVfs, TempRoot, every_mode};
 
 fn push(seq: u64, rows: &[(&str, Option<&str>)]) -> RecordBatch {
     RecordBatch::try_new(
@@ -241,7 +242,85 @@ fn a_checksummed_frame_of_another_schema_is_malformed(mode: Mode) {
     assert!(scan.next().is_none());
 }
 
+/// One writer serves concurrent callers: while one thread's push is held at its sync, a second
+/// thread's push waits (it writes nothing until the first returns), and a count from a third
+/// caller is answered meanwhile. Sandboxed, that is one async instance serving all three (the
+/// guest's push task suspends at the sync and the instance runs the others); natively, the
+/// engine's writer lock. Both pushes are then durable, in the order they were applied. The plain
+/// build serializes every call on its instance, so the count would wait behind the held sync:
+/// there it only checks that both pushes land.
+fn two_threads_pushing_share_one_writer(mode: Mode) {
+    let root = TempRoot::new();
+    let (vfs, gate) = FailingVfs::new(root.vfs());
+    let log = PushLog::new(vfs, "refs.log", refs::schema(), mode).unwrap();
+    // The first push takes the lock, writes the header and syncs the directory.
+    let first = log.append(&push(1, &[("main", Some("c1"))])).unwrap();
+    let writes_before = gate.writes.load(Ordering::SeqCst);
+    if mode != Mode::SandboxedPlain {
+        gate.close_gate();
+    }
+    let (second, third) = std::thread::scope(|s| {
+        let second = s.spawn(|| log.append(&push(2, &[("main", Some("c2"))])));
+        if mode != Mode::SandboxedPlain {
+            // The second push's frame (header and body) is written; its sync waits at the gate.
+            wait_for(|| gate.writes.load(Ordering::SeqCst) >= writes_before + 2);
+        }
+        let third = s.spawn(|| log.append(&push(3, &[("tmp", Some("c3"))])));
+        if mode != Mode::SandboxedPlain {
+            assert_eq!(
+                log.frame_count().unwrap(),
+                2,
+                "a count is answered while a push waits on its sync"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(50));
+            assert_eq!(
+                gate.writes.load(Ordering::SeqCst),
+                writes_before + 2,
+                "the third push writes nothing while the second holds the writer"
+            );
+            gate.open_gate();
+        }
+        (
+            second.join().unwrap().unwrap(),
+            third.join().unwrap().unwrap(),
+        )
+    });
+    assert!(first < second && second < third, "{first} {second} {third}");
+    drop(log);
+    let (frames, end) = open(&root, mode).scan_all().unwrap();
+    assert_eq!(end, LogEnd::Clean);
+    assert_eq!(
+        frames.iter().map(|f| f.offset).collect::<Vec<_>>(),
+        vec![first, second, third]
+    );
+    let seqs: Vec<u64> = frames
+        .iter()
+        .map(|f| {
+            f.batch
+                .column_by_name("push_seq")
+                .unwrap()
+                .as_any()
+                .downcast_ref::<UInt64Array>()
+                .unwrap()
+                .value(0)
+        })
+        .collect();
+    assert_eq!(seqs, vec![1, 2, 3]);
+}
+
+/// Waits (bounded, so that a bug fails the test instead of hanging it) until `done`.
+fn wait_for(done: impl Fn() -> bool) {
+    for _ in 0..10_000 {
+        if done() {
+            return;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+    panic!("the condition never held");
+}
+
 every_mode!(
+    two_threads_pushing_share_one_writer,
     pushes_scan_back_compact_and_seal,
     a_checksummed_frame_of_another_schema_is_malformed,
     a_streamed_scan_crosses_lists_and_can_stop_early,

@@ -6,7 +6,7 @@ use std::cell::RefCell;
 use std::sync::Arc;
 
 use crate::push_log::{
-    CompactionPolicy, CompactionReport, PushLog, PushLogError, PushLogScan, ipc,
+    CompactionPolicy, CompactionReport, PushLog, PushLogError, PushLogScan, ReservedSection, ipc,
 };
 use crate::recovery::LogEnd;
 
@@ -20,7 +20,7 @@ pub struct GuestLog(PushLog);
 /// Interior mutability because WIT methods take `&self`; the component is single-threaded.
 pub struct GuestScan(RefCell<PushLogScan>);
 
-fn error(err: PushLogError) -> wit::PushLogError {
+pub(super) fn error(err: PushLogError) -> wit::PushLogError {
     use wit::PushLogError as E;
     match err {
         PushLogError::Vfs(e) => E::Vfs(to_wit(e)),
@@ -50,7 +50,7 @@ fn error(err: PushLogError) -> wit::PushLogError {
     }
 }
 
-fn report(r: CompactionReport) -> wit::CompactionReport {
+pub(super) fn report(r: CompactionReport) -> wit::CompactionReport {
     wit::CompactionReport {
         frames_before: r.frames_before as u64,
         frames_after: r.frames_after as u64,
@@ -75,48 +75,60 @@ impl wit::Guest for Component {
 
 impl wit::GuestScan for GuestScan {
     fn next_frames(&self, frames_max: u32) -> Result<Vec<wit::ScannedFrame>, wit::PushLogError> {
-        let mut scan = self.0.borrow_mut();
-        let mut out = Vec::new();
-        let mut bytes = 0;
-        for _ in 0..frames_max.clamp(1, SCAN_FRAMES_PER_CALL_MAX) {
-            if bytes >= SCAN_BYTES_PER_CALL_TARGET {
-                break;
-            }
-            // The body goes over as stored: the host decodes it against the schema itself (it
-            // must check whatever a guest hands it anyway), so decoding here too would only
-            // double the work.
-            let Some(frame) = scan.next_body() else { break };
-            let (offset, body) = frame.map_err(error)?;
-            bytes += body.len();
-            out.push(wit::ScannedFrame {
-                offset,
-                ipc_stream: body.to_vec(),
-            });
-        }
-        Ok(out)
+        next_frames(&mut self.0.borrow_mut(), frames_max)
     }
 
     fn end(&self) -> Option<wit::ScanEnd> {
-        let scan = self.0.borrow();
-        scan.finished().then(|| match scan.end() {
-            LogEnd::Empty => wit::ScanEnd::Empty,
-            LogEnd::Clean => wit::ScanEnd::Clean,
-            LogEnd::TornTail {
-                valid_end,
-                torn_end,
-            } => wit::ScanEnd::TornTail(wit::TornTail {
-                valid_end,
-                file_len: torn_end,
-            }),
-            LogEnd::Corrupt {
-                offset,
-                valid_frame_at,
-            } => wit::ScanEnd::Corrupt(wit::FrameDamage {
-                offset,
-                valid_frame_at,
-            }),
-        })
+        scan_end(&self.0.borrow())
     }
+}
+
+/// Up to `frames_max` (at most [`SCAN_FRAMES_PER_CALL_MAX`]) next frames of `scan`, stopping
+/// early past [`SCAN_BYTES_PER_CALL_TARGET`] bytes; an empty list once the scan has ended.
+pub(super) fn next_frames(
+    scan: &mut PushLogScan,
+    frames_max: u32,
+) -> Result<Vec<wit::ScannedFrame>, wit::PushLogError> {
+    let mut out = Vec::new();
+    let mut bytes = 0;
+    for _ in 0..frames_max.clamp(1, SCAN_FRAMES_PER_CALL_MAX) {
+        if bytes >= SCAN_BYTES_PER_CALL_TARGET {
+            break;
+        }
+        // The body goes over as stored: the host decodes it against the schema itself (it
+        // must check whatever a guest hands it anyway), so decoding here too would only
+        // double the work.
+        let Some(frame) = scan.next_body() else { break };
+        let (offset, body) = frame.map_err(error)?;
+        bytes += body.len();
+        out.push(wit::ScannedFrame {
+            offset,
+            ipc_stream: body.to_vec(),
+        });
+    }
+    Ok(out)
+}
+
+/// How `scan` ended, once it has.
+pub(super) fn scan_end(scan: &PushLogScan) -> Option<wit::ScanEnd> {
+    scan.finished().then(|| match scan.end() {
+        LogEnd::Empty => wit::ScanEnd::Empty,
+        LogEnd::Clean => wit::ScanEnd::Clean,
+        LogEnd::TornTail {
+            valid_end,
+            torn_end,
+        } => wit::ScanEnd::TornTail(wit::TornTail {
+            valid_end,
+            file_len: torn_end,
+        }),
+        LogEnd::Corrupt {
+            offset,
+            valid_frame_at,
+        } => wit::ScanEnd::Corrupt(wit::FrameDamage {
+            offset,
+            valid_frame_at,
+        }),
+    })
 }
 
 impl wit::GuestLog for GuestLog {
@@ -150,23 +162,29 @@ impl wit::GuestLog for GuestLog {
         &self,
         policy: wit::CompactionPolicy,
     ) -> Result<Option<wit::CompactionReport>, wit::PushLogError> {
-        let policy = CompactionPolicy {
-            frames: policy
-                .frames
-                .map(|n| usize::try_from(n).unwrap_or(usize::MAX)),
-            bytes: policy.bytes,
-        };
         self.0
-            .maybe_compact(policy)
+            .maybe_compact(compaction_policy(policy))
             .map(|r| r.map(report))
             .map_err(error)
     }
 
     fn seal_section(&self, module_name: String) -> Result<wit::SealedSection, wit::PushLogError> {
-        let section = self.0.seal_section(&module_name).map_err(error)?;
-        Ok(wit::SealedSection {
-            name: section.name,
-            payload: section.payload,
-        })
+        self.0.seal_section(&module_name).map(sealed).map_err(error)
+    }
+}
+
+pub(super) fn compaction_policy(policy: wit::CompactionPolicy) -> CompactionPolicy {
+    CompactionPolicy {
+        frames: policy
+            .frames
+            .map(|n| usize::try_from(n).unwrap_or(usize::MAX)),
+        bytes: policy.bytes,
+    }
+}
+
+pub(super) fn sealed(section: ReservedSection) -> wit::SealedSection {
+    wit::SealedSection {
+        name: section.name,
+        payload: section.payload,
     }
 }

@@ -56,16 +56,38 @@ impl JournalRecovery {
 /// Read-only: a torn tail is reported, not cut (see [`replay`] and the writer's open).
 pub fn replay_file(file: &dyn VfsFile) -> Result<(Vec<JournalOp>, JournalRecovery), JournalError> {
     let mut ops = Vec::new();
-    let recovery = scan(file, |offset, body| {
-        let before = ops.len();
+    let end = scan_frames(file, JOURNAL_FORMAT, |offset, body| {
         for_each_op_in_body(body, |op| ops.push(op.to_owned())).map_err(|why| {
             JournalError::MalformedOp {
                 offset,
                 why: why.into(),
             }
-        })?;
-        Ok((ops.len() - before) as u64)
+        })
     })?;
+    let (valid_end, file_len) = match end {
+        ScanEnd::Clean { end } => (end, end),
+        ScanEnd::TornTail {
+            valid_end,
+            file_len,
+            ..
+        } => (valid_end, file_len),
+        ScanEnd::Corrupt {
+            offset,
+            valid_frame_at,
+        } => {
+            return Err(JournalError::Corrupt {
+                offset,
+                valid_frame_at,
+            });
+        }
+    };
+    let recovery = JournalRecovery {
+        ops: ops.len() as u64,
+        valid_end,
+        file_len,
+        end: LogEnd::from(end),
+        tail_truncated: false,
+    };
     Ok((ops, recovery))
 }
 
@@ -98,43 +120,6 @@ pub fn replay(
         }
     }
     Ok((ops, recovery))
-}
-
-/// Walks the frames of the journal in `file`, handing each frame body (with its offset) to
-/// `on_frame`, which answers how many ops it held.
-pub(crate) fn scan(
-    file: &dyn VfsFile,
-    mut on_frame: impl FnMut(u64, &[u8]) -> Result<u64, JournalError>,
-) -> Result<JournalRecovery, JournalError> {
-    let mut ops = 0;
-    let end = scan_frames(file, JOURNAL_FORMAT, |offset, body| {
-        ops += on_frame(offset, body)?;
-        Ok::<_, JournalError>(())
-    })?;
-    let (valid_end, file_len) = match end {
-        ScanEnd::Clean { end } => (end, end),
-        ScanEnd::TornTail {
-            valid_end,
-            file_len,
-            ..
-        } => (valid_end, file_len),
-        ScanEnd::Corrupt {
-            offset,
-            valid_frame_at,
-        } => {
-            return Err(JournalError::Corrupt {
-                offset,
-                valid_frame_at,
-            });
-        }
-    };
-    Ok(JournalRecovery {
-        ops,
-        valid_end,
-        file_len,
-        end: LogEnd::from(end),
-        tail_truncated: false,
-    })
 }
 
 #[cfg(test)]

@@ -26,20 +26,22 @@ mod scan;
 mod section;
 #[cfg(all(test, not(target_arch = "wasm32")))]
 mod tests;
+mod writer;
 
 pub use scan::{PushLogScan, ScannedFrame};
 pub use section::{ReservedSection, SECTION_PREFIX};
+pub use writer::PushLogWriter;
 
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use arrow_array::RecordBatch;
 use arrow_schema::SchemaRef;
 
-use crate::frame::appender::{self, AppendError, FramedAppender, FramedFormat, OpenError};
-use crate::frame::{self, FrameReader, Next, ScanEnd};
-use crate::header::{Family, HEADER_BYTES, HeaderError};
-use crate::vfs::replace::{self, ReplaceError};
-use crate::vfs::{OpenMode, ReadyIo, Vfs, VfsError, VfsFile, complete_now};
+use crate::frame::appender::{self, AppendError, FramedFormat, OpenError};
+use crate::frame::{self, Next, ScanEnd};
+use crate::header::{Family, HeaderError};
+use crate::vfs::replace::ReplaceError;
+use crate::vfs::{OpenMode, ReadyIo, Vfs, VfsError, complete_now};
 
 /// The push-log format version this build reads and writes.
 pub const PUSH_LOG_VERSION: u16 = 1;
@@ -164,29 +166,27 @@ pub struct CompactionReport {
     pub finished: Finish,
 }
 
-/// An append-only log file of Arrow record batches. One `append` is one push.
+/// An append-only log file of Arrow record batches, for native callers: a [`PushLogWriter`]
+/// over [`ReadyIo`] behind a mutex (pushes are serialized; reads take no lock). `Send + Sync`.
 #[derive(Debug)]
 pub struct PushLog {
     vfs: Arc<dyn Vfs>,
     path: String,
     schema: SchemaRef,
-    /// The file appends go to, opened (and locked) by the first write. Its lifecycle (torn
-    /// tail, lazy header, pending directory sync, rollback, the reopen after a compaction) is
-    /// the [`FramedAppender`]'s, shared with the journal.
-    writer: Mutex<Option<FramedAppender<ReadyIo>>>,
+    writer: Mutex<PushLogWriter<ReadyIo>>,
 }
-
-type WriterGuard<'a> = MutexGuard<'a, Option<FramedAppender<ReadyIo>>>;
 
 impl PushLog {
     /// A push log at `path` in `vfs` whose batches have `schema`. Touches nothing: a log that is
     /// never pushed to is never created.
     pub fn new(vfs: Arc<dyn Vfs>, path: impl Into<String>, schema: SchemaRef) -> Self {
+        let path = path.into();
+        let writer = PushLogWriter::new(ReadyIo(Arc::clone(&vfs)), path.clone(), schema.clone());
         PushLog {
             vfs,
-            path: path.into(),
+            path,
             schema,
-            writer: Mutex::new(None),
+            writer: Mutex::new(writer),
         }
     }
 
@@ -200,8 +200,8 @@ impl PushLog {
         &self.schema
     }
 
-    fn compacting_path(&self) -> String {
-        format!("{}{COMPACTING_SUFFIX}", self.path)
+    fn writer(&self) -> MutexGuard<'_, PushLogWriter<ReadyIo>> {
+        self.writer.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     /// Appends one push and makes it durable: when this returns, the frame (and with the
@@ -209,15 +209,10 @@ impl PushLog {
     /// Returns the byte offset the frame starts at.
     ///
     /// Refused before any I/O: a batch of another schema, or one too large for a frame. The
-    /// frame is built in memory first and written with one write; a failed write or sync is
-    /// cut back to the last whole frame.
+    /// frame's header and body are written back to back; a failed write or sync is cut back to
+    /// the last whole frame.
     pub fn append(&self, batch: &RecordBatch) -> Result<u64, PushLogError> {
-        if batch.schema_ref().fields() != self.schema.fields() {
-            return Err(PushLogError::SchemaMismatch {
-                found: format!("{:?}", batch.schema()),
-            });
-        }
-        self.append_body(&ipc::encode_stream(batch)?)
+        complete_now(self.writer().append(batch))
     }
 
     /// [`PushLog::append`] for a push that arrives as Arrow IPC stream bytes (a schema message,
@@ -226,47 +221,7 @@ impl PushLog {
     /// else [`PushLogError::BadPush`] or [`PushLogError::SchemaMismatch`], before any I/O), then
     /// stored as the frame body as they are, saving a re-encode. Same durability as `append`.
     pub fn append_ipc(&self, stream: &[u8]) -> Result<u64, PushLogError> {
-        check_push_size(stream.len())?;
-        let batch = ipc::decode_one(stream).map_err(PushLogError::BadPush)?;
-        if batch.schema_ref().fields() != self.schema.fields() {
-            return Err(PushLogError::SchemaMismatch {
-                found: format!("{:?}", batch.schema()),
-            });
-        }
-        self.append_body(stream)
-    }
-
-    /// Writes one frame holding `body`, a checked IPC stream of the log's schema, and syncs it.
-    fn append_body(&self, body: &[u8]) -> Result<u64, PushLogError> {
-        check_push_size(body.len())?;
-        let mut writer = self.lock_writer();
-        let appender = self.open_writer(&mut writer)?;
-        // The frame header and the body go out as two writes: no copy of the body.
-        let frame_at = complete_now(appender.append(&[&frame::frame_header(body), body]))?;
-        Ok(frame_at)
-    }
-
-    fn lock_writer(&self) -> WriterGuard<'_> {
-        self.writer.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-
-    /// The writer's appender, opened by the first write: takes the lock, opens or creates the
-    /// file, checks the header, finds the last whole frame and cuts anything after it.
-    fn open_writer<'a>(
-        &self,
-        writer: &'a mut WriterGuard<'_>,
-    ) -> Result<&'a mut FramedAppender<ReadyIo>, PushLogError> {
-        if writer.is_none() {
-            let io = ReadyIo(Arc::clone(&self.vfs));
-            let appender = complete_now(FramedAppender::open(
-                io,
-                &self.path,
-                PUSH_LOG_FORMAT,
-                |_, _| Ok::<_, OpenError>(()),
-            ))?;
-            **writer = Some(appender);
-        }
-        Ok(writer.as_mut().expect("opened above"))
+        complete_now(self.writer().append_ipc(stream))
     }
 
     /// The schema of the log at `path`, read from its first frame (each frame carries it), or
@@ -278,7 +233,7 @@ impl PushLog {
             Err(e) => return Err(e.into()),
         };
         // The first frame carries the schema: read no further.
-        let Ok(mut reader) = open_frames(&*file)? else {
+        let Ok(mut reader) = appender::open_frames(&*file, PUSH_LOG_FORMAT)? else {
             return Ok(None);
         };
         match reader.next_frame(&*file)? {
@@ -298,25 +253,7 @@ impl PushLog {
 
     /// How many whole frames the log holds (checksums checked, batches not decoded).
     pub fn frame_count(&self) -> Result<usize, PushLogError> {
-        let file = match self.vfs.open(&self.path, OpenMode::Existing) {
-            Ok(file) => file,
-            Err(VfsError::NotFound) => return Ok(0),
-            Err(e) => return Err(e.into()),
-        };
-        let mut frames = 0;
-        match scan_frames(&*file, |_, _| {
-            frames += 1;
-            Ok(())
-        })? {
-            ScanEnd::Corrupt {
-                offset,
-                valid_frame_at,
-            } => Err(PushLogError::Corrupt {
-                offset,
-                valid_frame_at,
-            }),
-            _ => Ok(frames),
-        }
+        frame_count(&*self.vfs, &self.path)
     }
 
     /// Folds every frame into as few as fit ([`COMPACTED_FRAME_BYTES_TARGET`]; one for any log
@@ -338,75 +275,7 @@ impl PushLog {
     /// (the append fails with [`PushLogError::AppendFailed`], nothing written, if the sync fails
     /// again).
     pub fn compact_with(&self, finish: Finish) -> Result<CompactionReport, PushLogError> {
-        let mut writer = self.lock_writer();
-        let appender = self.open_writer(&mut writer)?;
-        complete_now(appender.ensure_open())?;
-        let bytes_before = appender.clean_end();
-        let io = ReadyIo(Arc::clone(&self.vfs));
-        let staged = replace::begin(&io, &self.compacting_path(), &self.path)?;
-        // Streamed: one compacted frame in memory at a time, written as it fills.
-        let mut stager = Stager {
-            file: &**staged.file(),
-            schema: &self.schema,
-            written: 0,
-            frames: 0,
-            pending: Vec::new(),
-            pending_bytes: 0,
-        };
-        let mut scan = self.scan()?;
-        let mut frames_before = 0;
-        let mut rows = 0;
-        for frame in scan.by_ref() {
-            let frame = frame?;
-            frames_before += 1;
-            rows += frame.batch.num_rows();
-            stager.push(frame.batch)?;
-        }
-        scan.refuse_corruption()?;
-        stager.flush()?;
-        let (frames_after, bytes_after) = (stager.frames, stager.written);
-        let report = |finished| CompactionReport {
-            frames_before,
-            frames_after,
-            rows,
-            bytes_before,
-            bytes_after,
-            finished,
-        };
-        if finish == Finish::AfterStage {
-            return Ok(report(finish));
-        }
-        let sealed = complete_now(staged.seal(&io))?;
-        if finish == Finish::AfterStageSync {
-            return Ok(report(finish));
-        }
-        // From here until a directory sync returns, the log's name may point at the old file
-        // after a crash. Whatever fails below, the next append reopens (the handle may name the
-        // replaced file) and syncs the directory before it writes. Said before the rename: a
-        // failed rename is not known to have left the name alone on every backend.
-        appender.replacing();
-        let renamed = sealed.rename(&io)?;
-        // Both leave the same disk state (renamed, directory not synced); the reference names
-        // the two crash points separately, so both stay.
-        if matches!(finish, Finish::AfterRename | Finish::BeforeDirSync) {
-            return Ok(report(finish));
-        }
-        complete_now(renamed.sync_dir(&io))?;
-        // The compaction is whole and durable; a failed reopen only means the next append
-        // reopens (and rescans) the file itself, and reports the error if it persists.
-        if let Err(cause) = appender.adopt_replacement(bytes_after, true) {
-            tracing::warn!(path = %self.path, %cause, "reopening the compacted push log failed");
-        }
-        tracing::info!(
-            path = %self.path,
-            frames_before,
-            frames_after,
-            rows,
-            bytes_before,
-            bytes_after,
-            "push log compacted"
-        );
-        Ok(report(Finish::Swap))
+        complete_now(self.writer().compact_with(finish))
     }
 
     /// Compacts if `policy` says the log has grown enough; `None` when it did not run.
@@ -414,76 +283,48 @@ impl PushLog {
         &self,
         policy: CompactionPolicy,
     ) -> Result<Option<CompactionReport>, PushLogError> {
-        let frames_due = match policy.frames {
-            Some(limit) => self.frame_count()? >= limit,
-            None => false,
-        };
-        let bytes_due = match policy.bytes {
-            Some(limit) => match self.vfs.open(&self.path, OpenMode::Existing) {
-                Ok(file) => file.len()? >= limit,
-                Err(VfsError::NotFound) => false,
-                Err(e) => return Err(e.into()),
-            },
-            None => false,
-        };
-        if frames_due || bytes_due {
-            self.compact().map(Some)
-        } else {
-            Ok(None)
-        }
+        complete_now(self.writer().maybe_compact(policy))
     }
 
     /// Folds the recovered pushes into the section that seals them into an archive: an Arrow
     /// IPC file with one batch per push, in push order. After a compaction, a frame is a run of
     /// pushes; when the schema has a `push_seq` column, each run is split back at its seams.
     pub fn seal_section(&self, module_name: &str) -> Result<ReservedSection, PushLogError> {
-        ReservedSection::seal(self, module_name)
+        ReservedSection::seal(self.scan()?, &self.schema, module_name)
     }
 }
 
-/// Writes a compaction's frames to the staged file, merging batches up to
-/// [`COMPACTED_FRAME_BYTES_TARGET`] per frame.
-struct Stager<'a> {
-    file: &'a dyn VfsFile,
-    schema: &'a SchemaRef,
-    /// Bytes written so far (the header goes out with the first frame).
-    written: u64,
-    frames: usize,
-    pending: Vec<RecordBatch>,
-    pending_bytes: usize,
+/// How many whole frames the log at `path` holds (checksums checked, batches not decoded); a
+/// missing file holds none. Refuses a log damaged in the middle. Read-only.
+pub fn frame_count(vfs: &dyn Vfs, path: &str) -> Result<usize, PushLogError> {
+    let file = match vfs.open(path, OpenMode::Existing) {
+        Ok(file) => file,
+        Err(VfsError::NotFound) => return Ok(0),
+        Err(e) => return Err(e.into()),
+    };
+    let mut frames = 0;
+    let end = appender::scan_frames(&*file, PUSH_LOG_FORMAT, |_, _| {
+        frames += 1;
+        Ok::<_, PushLogError>(())
+    })?;
+    match end {
+        ScanEnd::Corrupt {
+            offset,
+            valid_frame_at,
+        } => Err(PushLogError::Corrupt {
+            offset,
+            valid_frame_at,
+        }),
+        _ => Ok(frames),
+    }
 }
 
-impl Stager<'_> {
-    fn push(&mut self, batch: RecordBatch) -> Result<(), PushLogError> {
-        let size = batch.get_array_memory_size();
-        if !self.pending.is_empty() && self.pending_bytes + size > COMPACTED_FRAME_BYTES_TARGET {
-            self.flush()?;
-        }
-        self.pending_bytes += size;
-        self.pending.push(batch);
-        Ok(())
-    }
-
-    fn flush(&mut self) -> Result<(), PushLogError> {
-        if self.pending.is_empty() {
-            return Ok(());
-        }
-        let merged = arrow_select::concat::concat_batches(self.schema, self.pending.iter())?;
-        self.pending.clear();
-        self.pending_bytes = 0;
-        let body = ipc::encode_stream(&merged)?;
-        drop(merged);
-        // Only a single push near the frame limit can grow past it in re-encoding.
-        check_push_size(body.len())?;
-        let mut bytes = Vec::with_capacity(HEADER_BYTES + frame::FRAME_HEADER_BYTES + body.len());
-        if self.written == 0 {
-            bytes.extend_from_slice(&PUSH_LOG_FORMAT.header());
-        }
-        frame::push_frame(&mut bytes, |out| out.extend_from_slice(&body));
-        self.file.write_at(self.written, &bytes)?;
-        self.written += bytes.len() as u64;
-        self.frames += 1;
-        Ok(())
+/// The log file's length; a missing file is zero bytes.
+fn log_len(vfs: &dyn Vfs, path: &str) -> Result<u64, PushLogError> {
+    match vfs.open(path, OpenMode::Existing) {
+        Ok(file) => Ok(file.len()?),
+        Err(VfsError::NotFound) => Ok(0),
+        Err(e) => Err(e.into()),
     }
 }
 
@@ -498,23 +339,6 @@ pub fn check_push_size(bytes: usize) -> Result<(), PushLogError> {
         });
     }
     Ok(())
-}
-
-/// Checks a push-log file's header and returns a frame reader positioned after it, or, for a
-/// file without frames (empty, or shorter than a header), how its scan ends.
-pub(crate) fn open_frames(
-    file: &dyn VfsFile,
-) -> Result<Result<FrameReader, ScanEnd>, PushLogError> {
-    Ok(appender::open_frames(file, PUSH_LOG_FORMAT)?)
-}
-
-/// Walks the frames of a push-log file, checking the header; `on_frame` sees each frame's
-/// offset and body.
-pub(crate) fn scan_frames(
-    file: &dyn VfsFile,
-    on_frame: impl FnMut(u64, &[u8]) -> Result<(), PushLogError>,
-) -> Result<ScanEnd, PushLogError> {
-    appender::scan_frames(file, PUSH_LOG_FORMAT, on_frame)
 }
 
 /// Opening the log's file failed, in the push log's terms.

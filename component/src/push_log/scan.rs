@@ -4,11 +4,12 @@
 use arrow_array::RecordBatch;
 use arrow_schema::SchemaRef;
 
+use crate::frame::appender;
 use crate::frame::{FrameReader, Next, ScanEnd};
 use crate::recovery::LogEnd;
 use crate::vfs::{OpenMode, Vfs, VfsError, VfsFile};
 
-use super::{PushLogError, ipc};
+use super::{PUSH_LOG_FORMAT, PushLogError, ipc};
 
 /// One recovered push (or, after compaction, a run of pushes).
 #[derive(Clone, Debug)]
@@ -38,11 +39,9 @@ impl std::fmt::Debug for PushLogScan {
 }
 
 impl PushLogScan {
-    pub(crate) fn open(
-        vfs: &dyn Vfs,
-        path: &str,
-        schema: SchemaRef,
-    ) -> Result<PushLogScan, PushLogError> {
+    /// Starts a read-only scan of the log at `path` (nothing is locked or cut: a torn tail is
+    /// reported, not repaired). A missing file is an empty log.
+    pub fn open(vfs: &dyn Vfs, path: &str, schema: SchemaRef) -> Result<PushLogScan, PushLogError> {
         let empty = |end| PushLogScan {
             file: None,
             reader: FrameReader::new(0, 0),
@@ -54,7 +53,7 @@ impl PushLogScan {
             Err(VfsError::NotFound) => return Ok(empty(LogEnd::Empty)),
             Err(e) => return Err(e.into()),
         };
-        match super::open_frames(&*file)? {
+        match appender::open_frames(&*file, PUSH_LOG_FORMAT)? {
             Ok(reader) => Ok(PushLogScan {
                 file: Some(file),
                 reader,

@@ -7,7 +7,7 @@ use arrow_array::cast::AsArray;
 use arrow_array::types::UInt64Type;
 use arrow_schema::{DataType, SchemaRef};
 
-use super::{PushLog, PushLogError, ipc};
+use super::{PushLogError, PushLogScan, ipc};
 
 /// The prefix of every sealed section's name.
 pub const SECTION_PREFIX: &str = "stele.push-log.";
@@ -22,8 +22,13 @@ pub struct ReservedSection {
 }
 
 impl ReservedSection {
-    pub(crate) fn seal(log: &PushLog, module_name: &str) -> Result<Self, PushLogError> {
-        let mut scan = log.scan()?;
+    /// Seals what `scan` recovers: every push, split back at its `push_seq` seams. Refuses a
+    /// log damaged in the middle.
+    pub fn seal(
+        mut scan: PushLogScan,
+        schema: &SchemaRef,
+        module_name: &str,
+    ) -> Result<Self, PushLogError> {
         let mut pushes = Vec::new();
         for frame in scan.by_ref() {
             split_pushes(&frame?.batch, &mut pushes);
@@ -31,7 +36,7 @@ impl ReservedSection {
         scan.refuse_corruption()?;
         Ok(ReservedSection {
             name: format!("{SECTION_PREFIX}{module_name}"),
-            payload: ipc::encode_file(log.schema(), &pushes)?,
+            payload: ipc::encode_file(schema, &pushes)?,
         })
     }
 

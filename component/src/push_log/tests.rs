@@ -7,6 +7,7 @@ use proptest::prelude::*;
 
 use super::refs::{self, fold};
 use super::*;
+use crate::header::HEADER_BYTES;
 use crate::recovery::LogEnd;
 use crate::vfs::MemVfs;
 

@@ -5,7 +5,11 @@
 //!   it can; [`wakes`]: the wakes both use;
 //! - [`posted_io`]: where a run's posted I/O (a guest's sync) runs: the caller's thread, its
 //!   tokio worker, or the store's I/O thread ([`crate::io_thread`]);
+//! - [`guest_calls`]: what every session shares: a caller's task and answer, the sticky
+//!   broken-contract flag, and the loop that serves a run's tasks one after another;
 //! - [`wal_session`]: the WAL's requests as `wal-async` calls, and their answers;
+//! - [`journal_session`], [`push_log_session`]: the journal's and the push log's requests as
+//!   `journal-async` and `push-log-async` calls;
 //! - [`grouping`]: how callers reach the guest's group commit (durable commits queued together
 //!   travel as one call; a run waits for the threads it answered).
 //!
@@ -13,7 +17,10 @@
 
 mod drive;
 mod grouping;
+mod guest_calls;
+pub(crate) mod journal_session;
 mod posted_io;
+pub(crate) mod push_log_session;
 mod store_driver;
 #[cfg(test)]
 mod tests;
@@ -25,12 +32,49 @@ use std::sync::Arc;
 use stele::vfs::Vfs;
 use stele::wal::{Recovery, WalOptions};
 
+use tokio::sync::mpsc;
+use wasmtime::Store;
+
 use crate::WalError;
-use crate::runtime::{Runtime, SandboxLimits};
-use store_driver::StoreDriver;
+use crate::bindings::engine_async::EngineAsync;
+use crate::io_thread::IoThread;
+use crate::runtime::{GuestState, Runtime, SandboxLimits};
+use posted_io::block_on_sending_io;
+use store_driver::{Served, StoreDriver};
 use wal_session::{WalSession, open_session};
 
 pub(crate) use wal_session::{Request, WalReply};
+
+/// Instantiates the async component in a store of its own (with its I/O thread) and opens a
+/// session in it with `open`, on the store driver's dispatcher thread; returns the driver
+/// serving it, and what `open` returned beside the session. Every facet's sandboxed handle
+/// starts here, so each is one instance serving concurrent callers, whose first trap (or broken
+/// contract) stops it for every later call.
+pub(crate) fn start_session<S: Served, R: Send + 'static>(
+    vfs: Arc<dyn Vfs>,
+    limits: SandboxLimits,
+    open: impl FnOnce(
+        Store<GuestState>,
+        EngineAsync,
+        &IoThread,
+        mpsc::UnboundedReceiver<S::Request>,
+    ) -> Result<(Box<S>, R), S::Error>
+    + Send
+    + 'static,
+) -> Result<(StoreDriver<S>, R), S::Error> {
+    let runtime = Runtime::get()?;
+    let mut store = runtime.store_for_async(vfs, limits)?;
+    let io = store
+        .data()
+        .stele
+        .io_thread()
+        .cloned()
+        .expect("store_for_async gives the store an I/O thread");
+    StoreDriver::start(io, move |io, queue| {
+        let bindings = block_on_sending_io(runtime.instantiate_async_in(&mut store), io)?;
+        open(store, bindings, io, queue)
+    })
+}
 
 /// The sandboxed WAL's handle: the store driver serving one WAL session. Dropping it stops the
 /// dispatcher thread (after it has served what is queued) and drops the instance.
@@ -46,17 +90,9 @@ impl AsyncSandbox {
         limits: SandboxLimits,
         create: bool,
     ) -> Result<(AsyncSandbox, Recovery), WalError> {
-        let runtime = Runtime::get()?;
-        let store = runtime.store_for_async(vfs, limits)?;
-        let io = store
-            .data()
-            .stele
-            .io_thread()
-            .cloned()
-            .expect("store_for_async gives the store an I/O thread");
         let path = path.to_owned();
-        let (driver, recovery) = StoreDriver::start(io, move |io, queue| {
-            open_session(runtime, store, io, path, options, create, queue)
+        let (driver, recovery) = start_session(vfs, limits, move |store, bindings, io, queue| {
+            open_session(store, bindings, io, path, options, create, queue)
         })?;
         Ok((AsyncSandbox(driver), recovery))
     }

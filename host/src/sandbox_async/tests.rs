@@ -124,12 +124,14 @@ fn a_miscounted_batch_answer_fails_every_caller_and_breaks_the_instance() {
 /// A session on `fault` with the log `g` created under `options`.
 fn session(fault: &FaultFs, options: WalOptions) -> (Box<WalSession>, IoThread) {
     let runtime = Runtime::get().unwrap();
-    let store = runtime
+    let mut store = runtime
         .store_for_async(Arc::new(fault.clone()), SandboxLimits::default())
         .unwrap();
     let io = store.data().stele.io_thread().cloned().unwrap();
+    let bindings = block_on_sending_io(runtime.instantiate_async_in(&mut store), &io).unwrap();
     let (_requests, queue) = mpsc::unbounded_channel();
-    let (session, _) = open_session(runtime, store, &io, "g".into(), options, true, queue).unwrap();
+    let (session, _) =
+        open_session(store, bindings, &io, "g".into(), options, true, queue).unwrap();
     (session, io)
 }
 

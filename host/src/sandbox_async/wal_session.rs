@@ -10,9 +10,7 @@
 //! answers, at most one per call in flight; no timer), so that callers answered together come
 //! back together and stage into one group.
 
-use std::future::Future;
 use std::ops::Range;
-use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
@@ -26,6 +24,7 @@ use wasmtime::Store;
 use wasmtime::component::ResourceAny;
 
 use super::grouping::{AnswerBurst, Call, DurableBatches, gather_durable_commits};
+use super::guest_calls::{Answer, Sent, Task, answer_with};
 use super::posted_io::block_on_sending_io;
 use super::store_driver::{Reply, Run, Served};
 use crate::bindings::engine_async::EngineAsync;
@@ -35,7 +34,7 @@ use crate::convert::with_async::{
     from_wit_stats, from_wit_truncation, from_wit_visible, wit_options,
 };
 use crate::io_thread::IoThread;
-use crate::runtime::{GuestState, Runtime, trap_error};
+use crate::runtime::{GuestState, trap_error};
 use crate::{SandboxError, WalError};
 
 /// Where a WAL call's answer goes.
@@ -102,33 +101,6 @@ pub(super) fn answer<T, U>(
     }
 }
 
-/// A started guest call. It resolves to its answer, which the session sends (see the loop).
-type Task<'a> = Pin<Box<dyn Future<Output = Answer> + Send + 'a>>;
-
-/// A finished guest call's answers, not yet sent to their callers. Sending them says what they
-/// answered.
-type Answer = Box<dyn FnOnce() -> Sent + Send>;
-
-/// What sending one guest call's answers did.
-pub(super) struct Sent {
-    /// How many calls they answered.
-    pub(super) calls: usize,
-    /// The component broke the interface's contract in a way wasmtime cannot see (it is not
-    /// Stele's guest, or it is broken). Its state is then unknown, so the instance stops: the
-    /// session ends with this error, and every later call gets it.
-    pub(super) broken: Option<SandboxError>,
-}
-
-fn answer_with<T: Send + 'static>(reply: WalReply<T>, result: Result<T, WalError>) -> Answer {
-    Box::new(move || {
-        reply.send(result);
-        Sent {
-            calls: 1,
-            broken: None,
-        }
-    })
-}
-
 /// Sends each caller of a `commit-batches-durable` call its own batch's outcome. A trap
 /// answers every caller with it, and so does a component that answers a different number of
 /// batches than it was given: which batch an outcome belongs to is then unknown, and so is
@@ -166,19 +138,16 @@ pub(super) fn answer_batches(
     Sent { calls, broken }
 }
 
-/// Instantiates the component in `store` and creates or opens the log: the session every
-/// later call is served in.
+/// Creates or opens the log in the instance: the session every later call is served in.
 pub(super) fn open_session(
-    runtime_engine: &'static Runtime,
     mut store: Store<GuestState>,
+    bindings: EngineAsync,
     io: &IoThread,
     path: String,
     options: WalOptions,
     create: bool,
     queue: mpsc::UnboundedReceiver<Request>,
 ) -> Result<(Box<WalSession>, Recovery), WalError> {
-    let bindings: EngineAsync =
-        block_on_sending_io(runtime_engine.instantiate_async_in(&mut store), io)?;
     let started = block_on_sending_io(
         store.run_concurrent(async |acc| {
             let writer_api = bindings.stele_log_wal_async().writer();
