@@ -68,6 +68,7 @@
 
 #![warn(missing_docs)]
 
+pub mod archive_gate;
 pub mod bindings;
 mod convert;
 pub mod fs;

@@ -13,7 +13,7 @@
 //! because the sandboxed engine issues the same syncs through its imports.
 
 use std::ops::Range;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 
 use bytes::Bytes;
 use stele::vfs::Vfs;
@@ -26,6 +26,7 @@ use stele::wal::{
 use wasmtime::Store;
 use wasmtime::component::ResourceAny;
 
+use crate::archive_gate::{ArchiveBacklog, ArchiveGate};
 use crate::bindings;
 use crate::bindings::exports::stele::log::wal as wit;
 use crate::convert::plain::{
@@ -56,6 +57,13 @@ pub enum WalError {
     /// What only a sandboxed log can fail with (a trap, a limit).
     #[error(transparent)]
     Sandbox(#[from] SandboxError),
+    /// A commit refused because the attached archiver is too far behind
+    /// ([`ArchiveGate`]); nothing of the batch was written.
+    #[error(transparent)]
+    ArchiveBacklog(#[from] ArchiveBacklog),
+    /// [`Wal::attach_archive_gate`] on a log that already has an archiver.
+    #[error("this log already has an archiver attached")]
+    ArchiveAttached,
 }
 
 /// A write-ahead log, native or sandboxed, for threads. `Clone` (shared), `Send + Sync`.
@@ -67,6 +75,8 @@ pub struct Wal {
     /// [`stele::wal::record::PAYLOAD_BYTES_MAX`] per payload) is refused here, before it is
     /// copied into the guest's memory, with the error the guest would give.
     group_bytes_max: usize,
+    /// The archiver's gate, once one is attached; shared by every clone.
+    archive_gate: Arc<OnceLock<Arc<ArchiveGate>>>,
 }
 
 /// The tokio API over a [`Wal`]: the same log, and sandboxed the same instance, so threads and
@@ -145,6 +155,7 @@ impl Wal {
         Ok(Wal {
             inner: Arc::new(inner),
             group_bytes_max: options.resolved_group_bytes_max(),
+            archive_gate: Arc::default(),
         })
     }
 
@@ -199,6 +210,7 @@ impl Wal {
             Wal {
                 inner: Arc::new(inner),
                 group_bytes_max: options.resolved_group_bytes_max(),
+                archive_gate: Arc::default(),
             },
             recovery,
         ))
@@ -208,6 +220,34 @@ impl Wal {
     /// else returns its encoded size.
     fn check_batch(&self, records: &[(u16, &[u8])]) -> Result<usize, WalError> {
         Ok(check_batch_bytes(records, self.group_bytes_max)?)
+    }
+
+    /// Attaches an archiver's gate: from now on this log (every clone of this handle) holds to
+    /// its retention and backlog rules (see [`crate::archive_gate`]). One gate per handle,
+    /// for the life of the handle.
+    ///
+    /// # Errors
+    /// [`WalError::ArchiveAttached`] if a gate is already attached.
+    pub fn attach_archive_gate(&self, gate: Arc<ArchiveGate>) -> Result<(), WalError> {
+        self.archive_gate
+            .set(gate)
+            .map_err(|_| WalError::ArchiveAttached)
+    }
+
+    /// The attached archiver's gate, if any.
+    pub fn archive_gate(&self) -> Option<&Arc<ArchiveGate>> {
+        self.archive_gate.get()
+    }
+
+    /// With an archiver attached, admits the batch against its backlog bound (see
+    /// [`ArchiveGate::admit`]); a batch the writer would refuse anyway is refused first, with
+    /// the writer's error, so that it never counts.
+    fn admit(&self, records: &[(u16, &[u8])]) -> Result<(), WalError> {
+        if let Some(gate) = self.archive_gate.get() {
+            let bytes = self.check_batch(records)?;
+            gate.admit(bytes as u64)?;
+        }
+        Ok(())
     }
 
     /// Where this log's engine runs.
@@ -244,8 +284,12 @@ impl Wal {
     #[tracing::instrument(level = "debug", skip_all, fields(mode = self.mode().name()))]
     pub fn commit(&self, op: u16, payload: &[u8]) -> Result<LogSeq, WalError> {
         match &*self.inner {
+            Inner::Async(_) => return self.commit_many(&[(op, payload)]).map(|r| r.start),
+            Inner::Native(_) | Inner::Plain(_) => self.admit(&[(op, payload)])?,
+        }
+        match &*self.inner {
             Inner::Native(w) => Ok(w.commit(op, payload)?),
-            Inner::Async(_) => self.commit_many(&[(op, payload)]).map(|r| r.start),
+            Inner::Async(_) => unreachable!("answered above"),
             Inner::Plain(s) => {
                 self.check_batch(&[(op, payload)])?;
                 Self::plain(s, |st, b, w| {
@@ -260,8 +304,14 @@ impl Wal {
     #[tracing::instrument(level = "debug", skip_all, fields(mode = self.mode().name()))]
     pub fn commit_durable(&self, op: u16, payload: &[u8]) -> Result<LogSeq, WalError> {
         match &*self.inner {
+            Inner::Async(_) => {
+                return self.commit_many_durable(&[(op, payload)]).map(|r| r.start);
+            }
+            Inner::Native(_) | Inner::Plain(_) => self.admit(&[(op, payload)])?,
+        }
+        match &*self.inner {
             Inner::Native(w) => Ok(w.commit_durable(op, payload)?),
-            Inner::Async(_) => self.commit_many_durable(&[(op, payload)]).map(|r| r.start),
+            Inner::Async(_) => unreachable!("answered above"),
             Inner::Plain(s) => {
                 self.check_batch(&[(op, payload)])?;
                 Self::plain(s, |st, b, w| {
@@ -277,6 +327,7 @@ impl Wal {
     /// See [`WalWriter::commit_many`].
     #[tracing::instrument(level = "debug", skip_all, fields(mode = self.mode().name()))]
     pub fn commit_many(&self, records: &[(u16, &[u8])]) -> Result<Range<LogSeq>, WalError> {
+        self.admit(records)?;
         match &*self.inner {
             Inner::Native(w) => Ok(w.commit_many(records)?),
             Inner::Async(s) => {
@@ -298,6 +349,7 @@ impl Wal {
     /// See [`WalWriter::commit_many_durable`].
     #[tracing::instrument(level = "debug", skip_all, fields(mode = self.mode().name()))]
     pub fn commit_many_durable(&self, records: &[(u16, &[u8])]) -> Result<Range<LogSeq>, WalError> {
+        self.admit(records)?;
         match &*self.inner {
             Inner::Native(w) => Ok(w.commit_many_durable(records)?),
             Inner::Async(s) => {
@@ -411,9 +463,30 @@ impl Wal {
         }
     }
 
-    /// See [`WalWriter::truncate_through`]: on `Ok` the deletions survive power loss.
+    /// See [`WalWriter::truncate_through`]: on `Ok` the deletions survive power loss. With an
+    /// archiver attached, `through` is first lowered so that no unarchived segment and none of
+    /// the local retention window goes ([`ArchiveGate::truncation_bound`]).
     #[tracing::instrument(level = "info", skip_all, fields(mode = self.mode().name()))]
     pub fn truncate_through(&self, through: LogSeq) -> Result<WalTruncation, WalError> {
+        let through = match self.archive_gate.get() {
+            None => through,
+            Some(gate) => {
+                let live = self.segments()?;
+                match gate.truncation_bound(through, &live) {
+                    Some(bound) => bound,
+                    None => {
+                        return Ok(WalTruncation {
+                            segments_removed: 0,
+                            first_kept_seq: live.first().copied().unwrap_or_default(),
+                        });
+                    }
+                }
+            }
+        };
+        self.truncate_through_unchecked(through)
+    }
+
+    fn truncate_through_unchecked(&self, through: LogSeq) -> Result<WalTruncation, WalError> {
         match &*self.inner {
             Inner::Native(w) => Ok(w.truncate_through(through)?),
             Inner::Async(s) => s.request_blocking(|reply| Request::TruncateThrough {
@@ -493,6 +566,7 @@ impl AsyncWal {
         match &*self.wal.inner {
             Inner::Async(s) => {
                 self.wal.check_batch(records)?;
+                self.wal.admit(records)?;
                 let records = async_batch(records);
                 s.request(|reply| Request::CommitMany { records, reply })
                     .await
@@ -515,6 +589,7 @@ impl AsyncWal {
         match &*self.wal.inner {
             Inner::Async(s) => {
                 let encoded_bytes = self.wal.check_batch(records)?;
+                self.wal.admit(records)?;
                 let records = async_batch(records);
                 s.request(|reply| Request::CommitManyDurable {
                     records,
@@ -614,6 +689,11 @@ impl AsyncWal {
     #[tracing::instrument(level = "info", skip_all, fields(mode = self.mode().name()))]
     pub async fn truncate_through(&self, through: LogSeq) -> Result<WalTruncation, WalError> {
         match &*self.wal.inner {
+            // The gate's bound needs the live segments first: two calls, taken together on
+            // the blocking pool.
+            _ if self.wal.archive_gate.get().is_some() => {
+                self.blocking(move |w| w.truncate_through(through)).await
+            }
             Inner::Async(s) => {
                 s.request(|reply| Request::TruncateThrough {
                     through: through.0,

@@ -1,0 +1,737 @@
+//! [`Archiver`]: ships a running log's sealed segments to an archive, beside its writer.
+//!
+//! It reads the segments through the host's own [`Vfs`] on the log's root, never through the
+//! engine, so a sandboxed guest's capabilities do not change. Each round
+//! ([`Archiver::archive_round`]):
+//! 1. re-puts, byte for byte, a manifest whose put failed last round (its reply may have been
+//!    lost after it landed: identical bytes then count as done);
+//! 2. lists the log's directory; every segment but the last is sealed and immutable;
+//! 3. uploads each sealed segment past the archive's end, trimmed to its records, create-only
+//!    under a deterministic key, a few at a time;
+//! 4. publishes manifest `n + 1` naming them, create-only: the commit point. Only then does the
+//!    [`ArchiveGate`] move, so a crash between the two puts leaves the records counted as
+//!    unarchived and the next writer re-puts the same objects;
+//! 5. asks the log to truncate through its checkpoint; the gate keeps every segment not yet
+//!    archived and the newest [`ArchiveOptions::local_segments_kept`].
+//!
+//! What it promises:
+//! - Once [`ArchiverStatus::archived_next`] passes a seq, that record is in an object that
+//!   a manifest names, with the CRC32C the manifest gives: it survives the loss of this machine.
+//! - Two writers never both extend one archive: attaching publishes a manifest with the next
+//!   epoch, and a writer whose next manifest number is taken by other bytes stops with
+//!   [`ArchiveError::Fenced`].
+//! - No record is dropped: while the store is unreachable the backlog grows to
+//!   [`ArchiveOptions::unarchived_bytes_max`], and then commits fail with
+//!   [`stele_host::archive_gate::ArchiveBacklog`].
+//!
+//! The RPO (what a machine loss can take) is the records of the active segment plus any
+//! sealed ones not yet uploaded: bounded by the segment size, and by the backlog bound.
+
+use std::collections::BTreeMap;
+use std::sync::mpsc;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use bytes::Bytes;
+use futures::StreamExt;
+use stele::header::HEADER_BYTES;
+use stele::vfs::{OpenMode, Vfs};
+use stele::wal::record::encoded_len;
+use stele::wal::segment::{SegmentReader, list_segments, read_checkpoint};
+use stele::wal::{LogSeq, WalTruncation};
+use stele_host::Wal;
+use stele_host::archive_gate::ArchiveGate;
+
+use crate::image::{SegmentImage, read_local_segment};
+use crate::layout::{file_generation_key, manifest_key, segment_key};
+use crate::manifest::{FileEntry, MANIFEST_FORMAT, Manifest, SegmentEntry, archived_through};
+use crate::objects::{PutOutcome, Taken, latest_manifest, put_create_only, put_or_read};
+use crate::{ArchiveError, ArchiveLocation};
+
+/// The backlog bound unless configured: 1 GiB, sixteen default segments. Large enough to ride
+/// out a store outage of minutes at this disk's durable write rate; small enough that the disk
+/// never fills behind a store that is down for good. Chosen, not measured.
+pub const UNARCHIVED_BYTES_MAX_DEFAULT: u64 = 1 << 30;
+
+/// Sealed segments kept locally after they are archived, unless configured: local readers
+/// (a tail, a replica catching up) can read the recent past without the store.
+pub const LOCAL_SEGMENTS_KEPT_DEFAULT: usize = 2;
+
+/// Uploads in flight at once, unless configured. Segment puts are independent; a few in flight
+/// hide the store's latency without holding many segments in memory (each is read whole).
+pub const UPLOADS_IN_FLIGHT_DEFAULT: usize = 4;
+
+/// How a [`RunningArchiver`] waits between rounds, unless configured.
+pub const POLL_INTERVAL_DEFAULT: Duration = Duration::from_millis(100);
+
+/// How an [`Archiver`] behaves.
+#[derive(Clone, Debug)]
+pub struct ArchiveOptions {
+    /// Encoded record bytes written but not archived at which commits are refused.
+    pub unarchived_bytes_max: u64,
+    /// Sealed segments kept locally once archived (the local retention window).
+    pub local_segments_kept: usize,
+    /// Whether each round asks the log to truncate through its checkpoint (within what the
+    /// gate allows). Off, the owner's own `truncate_through` calls are still gated.
+    pub truncate_local: bool,
+    /// Uploads in flight at once.
+    pub uploads_in_flight: usize,
+    /// A [`RunningArchiver`]'s wait between rounds.
+    pub poll_interval: Duration,
+}
+
+impl Default for ArchiveOptions {
+    fn default() -> Self {
+        ArchiveOptions {
+            unarchived_bytes_max: UNARCHIVED_BYTES_MAX_DEFAULT,
+            local_segments_kept: LOCAL_SEGMENTS_KEPT_DEFAULT,
+            truncate_local: true,
+            uploads_in_flight: UPLOADS_IN_FLIGHT_DEFAULT,
+            poll_interval: POLL_INTERVAL_DEFAULT,
+        }
+    }
+}
+
+/// Counters since attach.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ArchiverStats {
+    /// Segments uploaded and named by a published manifest.
+    pub segments_archived: u64,
+    /// Their bytes.
+    pub bytes_archived: u64,
+    /// Segment puts that found identical bytes already there.
+    pub already_there: u64,
+    /// Manifests published (the attach's included).
+    pub manifests_published: u64,
+    /// File generations archived.
+    pub files_archived: u64,
+    /// Segments deleted locally by the archiver's truncations.
+    pub segments_truncated: u64,
+    /// For each archived segment, milliseconds from when it was first seen sealed to when its
+    /// manifest was published.
+    pub seal_to_archived_ms: Vec<u64>,
+}
+
+/// What one round did.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RoundReport {
+    /// Segments archived this round.
+    pub segments_archived: u64,
+    /// Their bytes.
+    pub bytes_archived: u64,
+    /// The manifest published, if one was.
+    pub manifest: Option<u64>,
+    /// The archive's end after the round.
+    pub archived_next: LogSeq,
+    /// What the truncation after it deleted, if one ran.
+    pub truncation: Option<WalTruncation>,
+}
+
+/// A snapshot of an archiver's progress.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ArchiverStatus {
+    /// Every record before this seq is archived.
+    pub archived_next: LogSeq,
+    /// The newest manifest this writer published.
+    pub manifest: u64,
+    /// This writer's epoch.
+    pub epoch: u64,
+    /// Encoded bytes written and not yet archived.
+    pub unarchived_bytes: u64,
+    /// Counters since attach.
+    pub stats: ArchiverStats,
+    /// The last round's error, if it failed (a transient one is retried).
+    pub last_error: Option<String>,
+    /// Why the archiver stopped for good, if it did.
+    pub stopped: Option<String>,
+}
+
+/// Ships one log's sealed segments; see the module doc.
+#[derive(Debug)]
+pub struct Archiver {
+    location: ArchiveLocation,
+    vfs: Arc<dyn Vfs>,
+    dir: String,
+    wal: Wal,
+    gate: Arc<ArchiveGate>,
+    options: ArchiveOptions,
+    /// The newest manifest this writer published (or, before its first, the one it took over).
+    manifest: Manifest,
+    /// A manifest whose put failed: the next round puts these exact bytes again first.
+    pending: Option<Manifest>,
+    /// When each sealed segment (by first seq) was first seen sealed, for the lag figures.
+    sealed_seen_ms: BTreeMap<u64, u64>,
+    stats: ArchiverStats,
+    last_error: Option<String>,
+    stopped: Option<String>,
+}
+
+/// Milliseconds since the Unix epoch.
+pub(crate) fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
+/// 32 hex digits, different for every call: std's `RandomState` is seeded from the operating
+/// system's randomness once per process and advanced per instance; time and pid separate
+/// processes.
+pub(crate) fn fresh_id() -> String {
+    use std::hash::{BuildHasher, Hasher};
+    let nanos = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    let mut id = String::with_capacity(32);
+    for half in 0u8..2 {
+        let mut hasher = std::hash::RandomState::new().build_hasher();
+        hasher.write_u128(nanos);
+        hasher.write_u32(std::process::id());
+        hasher.write_u8(half);
+        id.push_str(&format!("{:016x}", hasher.finish()));
+    }
+    id
+}
+
+impl Archiver {
+    /// Attaches an archiver to `wal`, the log at `dir` on `vfs` (the same filesystem the log
+    /// was opened on), archiving to `location`.
+    ///
+    /// It takes the archive over: reads the newest manifest (none: a new archive starting at
+    /// the log's first segment), checks that the log continues it, publishes a manifest with
+    /// the next epoch, counts the records on disk past the archive's end, and attaches the
+    /// gate. Call it right after opening the log, before committing: a commit made while it
+    /// runs is not counted against the backlog.
+    ///
+    /// # Errors
+    /// [`ArchiveError::Fenced`] if another writer published first; [`ArchiveError::Gap`] or
+    /// [`ArchiveError::Diverged`] if the log is not the archive's; a store, filesystem or
+    /// log error.
+    pub async fn attach(
+        location: ArchiveLocation,
+        vfs: Arc<dyn Vfs>,
+        dir: &str,
+        wal: Wal,
+        options: ArchiveOptions,
+    ) -> Result<Archiver, ArchiveError> {
+        let local = list_segments(&*vfs, dir).map_err(ArchiveError::local(dir))?;
+        let previous = latest_manifest(&location, None).await?;
+        let writer_id = fresh_id();
+        let first_manifest = match &previous {
+            Some(previous) => Manifest {
+                manifest: previous.manifest + 1,
+                epoch: previous.epoch + 1,
+                writer_id,
+                published_at_ms: now_ms(),
+                ..previous.clone()
+            },
+            None => {
+                let first_seq = match local.first() {
+                    Some(&first) => first,
+                    None => wal.stats()?.visible_end,
+                };
+                Manifest {
+                    format: MANIFEST_FORMAT,
+                    log_id: fresh_id(),
+                    manifest: 0,
+                    epoch: 1,
+                    writer_id,
+                    published_at_ms: now_ms(),
+                    first_seq: first_seq.0,
+                    next_seq: first_seq.0,
+                    archived_through: None,
+                    checkpoint: None,
+                    segments: Vec::new(),
+                    files: Vec::new(),
+                }
+            }
+        };
+        check_log_continues_archive(&*vfs, dir, &local, &first_manifest)?;
+        let archived_next = first_manifest.archived_next();
+        let unarchived_bytes = unarchived_bytes_on_disk(&*vfs, dir, archived_next)?;
+        let gate = Arc::new(ArchiveGate::new(
+            archived_next,
+            unarchived_bytes,
+            options.unarchived_bytes_max,
+            options.local_segments_kept,
+        ));
+        let mut archiver = Archiver {
+            location,
+            vfs,
+            dir: dir.to_owned(),
+            wal,
+            gate: gate.clone(),
+            options,
+            manifest: previous.unwrap_or_else(|| first_manifest.clone()),
+            pending: None,
+            sealed_seen_ms: BTreeMap::new(),
+            stats: ArchiverStats::default(),
+            last_error: None,
+            stopped: None,
+        };
+        archiver.publish(first_manifest).await?;
+        archiver.wal.attach_archive_gate(gate)?;
+        Ok(archiver)
+    }
+
+    /// The gate this archiver moves.
+    pub fn gate(&self) -> &Arc<ArchiveGate> {
+        &self.gate
+    }
+
+    /// Where it archives to.
+    pub fn location(&self) -> &ArchiveLocation {
+        &self.location
+    }
+
+    /// The newest manifest this writer published.
+    pub fn manifest(&self) -> &Manifest {
+        &self.manifest
+    }
+
+    /// Its progress.
+    pub fn status(&self) -> ArchiverStatus {
+        ArchiverStatus {
+            archived_next: self.gate.archived_next(),
+            manifest: self.manifest.manifest,
+            epoch: self.manifest.epoch,
+            unarchived_bytes: self.gate.unarchived_bytes(),
+            stats: self.stats.clone(),
+            last_error: self.last_error.clone(),
+            stopped: self.stopped.clone(),
+        }
+    }
+
+    /// One round: see the module doc.
+    ///
+    /// # Errors
+    /// A terminal error ([`ArchiveError::is_terminal`]: fenced, diverged, a gap) stops the
+    /// archiver, and every later round returns [`ArchiveError::Stopped`]; the gate then
+    /// reports itself stopped, and the backlog only grows. Any other error leaves everything
+    /// to be retried by the next round.
+    pub async fn archive_round(&mut self) -> Result<RoundReport, ArchiveError> {
+        if let Some(reason) = &self.stopped {
+            return Err(ArchiveError::Stopped {
+                reason: reason.clone(),
+            });
+        }
+        let result = self.round().await;
+        match &result {
+            Ok(_) => self.last_error = None,
+            Err(error) => {
+                self.last_error = Some(error.to_string());
+                if error.is_terminal() {
+                    self.stop(error.to_string());
+                }
+            }
+        }
+        result
+    }
+
+    fn stop(&mut self, reason: String) {
+        tracing::warn!(%reason, "archiver stopped");
+        self.gate.stop();
+        self.stopped.get_or_insert(reason);
+    }
+
+    async fn round(&mut self) -> Result<RoundReport, ArchiveError> {
+        if let Some(pending) = self.pending.take() {
+            self.publish(pending).await?;
+        }
+        let live = list_segments(&*self.vfs, &self.dir).map_err(ArchiveError::local(&self.dir))?;
+        let now = now_ms();
+        let sealed = &live[..live.len().saturating_sub(1)];
+        for first in sealed {
+            self.sealed_seen_ms.entry(first.0).or_insert(now);
+        }
+        let archived_next = self.manifest.archived_next();
+        let to_archive: Vec<LogSeq> = sealed
+            .iter()
+            .copied()
+            .filter(|&first| first >= archived_next)
+            .collect();
+        if let Some(&first) = to_archive.first()
+            && first != archived_next
+        {
+            return Err(ArchiveError::Gap {
+                reason: format!(
+                    "the archive ends before seq {archived_next}, the next local segment \
+                     starts at {first}"
+                ),
+            });
+        }
+
+        let (vfs, dir, location) = (self.vfs.clone(), self.dir.clone(), self.location.clone());
+        let (vfs, dir, location) = (&vfs, &dir, &location);
+        let mut uploads = Box::pin(
+            futures::stream::iter(to_archive)
+                .map(|first| async move {
+                    let image = read_local_segment(&**vfs, dir, first)?;
+                    let key = segment_key(image.first_seq, image.next_seq);
+                    let outcome = put_create_only(location, &key, image.bytes.clone()).await?;
+                    Ok::<_, ArchiveError>((image, key, outcome))
+                })
+                .buffered(self.options.uploads_in_flight.max(1)),
+        );
+        let mut landed: Vec<(SegmentImage, String)> = Vec::new();
+        let mut expected = archived_next;
+        let mut failure = None;
+        while let Some(upload) = uploads.next().await {
+            match upload {
+                Ok((image, key, outcome)) => {
+                    if image.first_seq != expected {
+                        failure = Some(ArchiveError::Gap {
+                            reason: format!(
+                                "local segment {} follows one that ends at {expected}",
+                                image.first_seq
+                            ),
+                        });
+                        break;
+                    }
+                    expected = image.next_seq;
+                    if outcome == PutOutcome::AlreadyThere {
+                        self.stats.already_there += 1;
+                    }
+                    landed.push((image, key));
+                }
+                Err(error) => {
+                    failure = Some(error);
+                    break;
+                }
+            }
+        }
+        // Uploads past a failure are abandoned unpolled; their segments go up next round.
+        drop(uploads);
+
+        // The segments that landed in order are published even when a later one failed: the
+        // manifest names a contiguous prefix, and the failed one is retried next round.
+        let checkpoint = read_checkpoint(&*self.vfs, &self.dir)
+            .map_err(|e| ArchiveError::LocalSegment {
+                path: self.dir.clone(),
+                source: e,
+            })?
+            .map(|seq| seq.0);
+        let mut report = RoundReport {
+            archived_next,
+            ..RoundReport::default()
+        };
+        if !landed.is_empty() || checkpoint != self.manifest.checkpoint {
+            let mut next = self.manifest.clone();
+            next.manifest += 1;
+            next.writer_id.clone_from(&self.manifest.writer_id);
+            next.published_at_ms = now_ms();
+            next.checkpoint = checkpoint;
+            for (image, key) in &landed {
+                next.segments.push(SegmentEntry {
+                    first_seq: image.first_seq.0,
+                    next_seq: image.next_seq.0,
+                    key: key.clone(),
+                    bytes: image.bytes.len() as u64,
+                    crc32c: image.crc32c,
+                    file_len: image.file_len,
+                    sealed_at_ms: self
+                        .sealed_seen_ms
+                        .get(&image.first_seq.0)
+                        .copied()
+                        .unwrap_or(now),
+                });
+            }
+            next.next_seq = expected.0;
+            next.archived_through = archived_through(next.first_seq, next.next_seq);
+            self.publish(next).await?;
+            report.segments_archived = landed.len() as u64;
+            report.bytes_archived = landed.iter().map(|(i, _)| i.bytes.len() as u64).sum();
+            report.manifest = Some(self.manifest.manifest);
+            report.archived_next = expected;
+        }
+        if let Some(error) = failure {
+            return Err(error);
+        }
+        if self.options.truncate_local
+            && let Some(checkpoint) = checkpoint
+        {
+            let truncation = self.wal.truncate_through(LogSeq(checkpoint))?;
+            self.stats.segments_truncated += truncation.segments_removed;
+            report.truncation = Some(truncation);
+        }
+        Ok(report)
+    }
+
+    /// Publishes `manifest` create-only at its number. On a failed request it is kept, and
+    /// the next round puts the same bytes again. Once it is published, and only then, the gate
+    /// moves past the segments it adds.
+    async fn publish(&mut self, manifest: Manifest) -> Result<(), ArchiveError> {
+        let key = manifest_key(manifest.manifest);
+        let bytes = Bytes::from(manifest.encode());
+        match put_or_read(&self.location, &key, bytes).await {
+            Ok(Ok(_)) => {
+                let published = now_ms();
+                let archived_before = self.manifest.next_seq;
+                let added = manifest
+                    .segments
+                    .iter()
+                    .filter(|s| s.first_seq >= archived_before);
+                let mut record_bytes = 0;
+                for segment in added {
+                    record_bytes += segment.bytes.saturating_sub(HEADER_BYTES as u64);
+                    self.stats.segments_archived += 1;
+                    self.stats.bytes_archived += segment.bytes;
+                    if let Some(seen) = self.sealed_seen_ms.remove(&segment.first_seq) {
+                        self.stats
+                            .seal_to_archived_ms
+                            .push(published.saturating_sub(seen));
+                    }
+                }
+                self.gate.archived(manifest.archived_next(), record_bytes);
+                self.stats.manifests_published += 1;
+                self.manifest = manifest;
+                Ok(())
+            }
+            Ok(Err(Taken::By(theirs))) => {
+                let path = self.location.path(&key).to_string();
+                let their_epoch = Manifest::decode(&path, manifest.manifest, &theirs)
+                    .map(|m| m.epoch)
+                    .unwrap_or(0);
+                Err(ArchiveError::Fenced {
+                    manifest: manifest.manifest,
+                    their_epoch,
+                    our_epoch: manifest.epoch,
+                })
+            }
+            Err(error) => {
+                self.pending = Some(manifest);
+                Err(error)
+            }
+        }
+    }
+
+    /// Archives the file at `name` (root-relative on the log's filesystem: a journal or a push
+    /// log) as a new whole-file generation, and publishes a manifest naming it. A file whose
+    /// bytes equal its newest generation's is not archived again. Call it after each
+    /// compaction, or whenever a copy off this machine is wanted.
+    ///
+    /// # Errors
+    /// As [`Self::archive_round`], plus the file's read error.
+    pub async fn archive_file(&mut self, name: &str) -> Result<FileEntry, ArchiveError> {
+        if let Some(reason) = &self.stopped {
+            return Err(ArchiveError::Stopped {
+                reason: reason.clone(),
+            });
+        }
+        if name.is_empty() {
+            return Err(ArchiveError::BadFileName {
+                name: name.to_owned(),
+                reason: "empty",
+            });
+        }
+        let result = self.archive_file_inner(name).await;
+        if let Err(error) = &result
+            && error.is_terminal()
+        {
+            self.stop(error.to_string());
+        }
+        result
+    }
+
+    async fn archive_file_inner(&mut self, name: &str) -> Result<FileEntry, ArchiveError> {
+        if let Some(pending) = self.pending.take() {
+            self.publish(pending).await?;
+        }
+        let file = self
+            .vfs
+            .open(name, OpenMode::Existing)
+            .map_err(ArchiveError::local(name))?;
+        let len = file.len().map_err(ArchiveError::local(name))?;
+        let mut bytes = vec![0u8; usize::try_from(len).unwrap_or(usize::MAX)];
+        file.read_exact_at(0, &mut bytes)
+            .map_err(ArchiveError::local(name))?;
+        let crc = crc32c::crc32c(&bytes);
+        let newest = self.manifest.files.iter().find(|f| f.name == name);
+        if let Some(newest) = newest
+            && newest.crc32c == crc
+            && newest.bytes == len
+        {
+            return Ok(newest.clone());
+        }
+        let generation = newest.map_or(0, |f| f.generation + 1);
+        let key = file_generation_key(name, generation);
+        put_create_only(&self.location, &key, Bytes::from(bytes)).await?;
+        let entry = FileEntry {
+            name: name.to_owned(),
+            generation,
+            key,
+            bytes: len,
+            crc32c: crc,
+            archived_at_ms: now_ms(),
+        };
+        let mut next = self.manifest.clone();
+        next.manifest += 1;
+        next.published_at_ms = now_ms();
+        next.files.retain(|f| f.name != name);
+        next.files.push(entry.clone());
+        next.files.sort_by(|a, b| a.name.cmp(&b.name));
+        self.publish(next).await?;
+        self.stats.files_archived += 1;
+        Ok(entry)
+    }
+
+    /// Runs rounds on a thread of its own, every [`ArchiveOptions::poll_interval`], until
+    /// [`RunningArchiver::stop`].
+    pub fn spawn(self) -> std::io::Result<RunningArchiver> {
+        let status = Arc::new(Mutex::new(self.status()));
+        let (stop_tx, stop_rx) = mpsc::channel::<()>();
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?;
+        let shared = status.clone();
+        let thread = std::thread::Builder::new()
+            .name("stele-archiver".into())
+            .spawn(move || {
+                let mut archiver = self;
+                let poll = archiver.options.poll_interval;
+                loop {
+                    let _ = runtime.block_on(archiver.archive_round());
+                    *shared.lock().unwrap_or_else(PoisonError::into_inner) = archiver.status();
+                    match stop_rx.recv_timeout(poll) {
+                        Err(mpsc::RecvTimeoutError::Timeout) => {}
+                        Ok(()) | Err(mpsc::RecvTimeoutError::Disconnected) => break,
+                    }
+                }
+                // A last round, so that what sealed before the stop is archived.
+                if archiver.stopped.is_none() {
+                    let _ = runtime.block_on(archiver.archive_round());
+                }
+                *shared.lock().unwrap_or_else(PoisonError::into_inner) = archiver.status();
+                archiver
+            })?;
+        Ok(RunningArchiver {
+            status,
+            stop: Some(stop_tx),
+            thread: Some(thread),
+        })
+    }
+}
+
+/// An [`Archiver`] running on its own thread ([`Archiver::spawn`]).
+#[derive(Debug)]
+pub struct RunningArchiver {
+    status: Arc<Mutex<ArchiverStatus>>,
+    stop: Option<mpsc::Sender<()>>,
+    thread: Option<std::thread::JoinHandle<Archiver>>,
+}
+
+impl RunningArchiver {
+    /// Its progress as of its last round.
+    pub fn status(&self) -> ArchiverStatus {
+        self.status
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    /// Waits until every record before `seq` is archived, the archiver stops, or `timeout`
+    /// passes; returns whether `seq` was reached.
+    pub fn wait_archived(&self, seq: LogSeq, timeout: Duration) -> bool {
+        let deadline = std::time::Instant::now() + timeout;
+        loop {
+            let status = self.status();
+            if status.archived_next >= seq {
+                return true;
+            }
+            if status.stopped.is_some() || std::time::Instant::now() >= deadline {
+                return false;
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
+    /// Stops it after one last round, and hands the archiver back.
+    pub fn stop(mut self) -> Archiver {
+        self.stop_and_join()
+            .expect("the archiver thread is joined only here")
+    }
+
+    fn stop_and_join(&mut self) -> Option<Archiver> {
+        drop(self.stop.take());
+        let thread = self.thread.take()?;
+        match thread.join() {
+            Ok(archiver) => Some(archiver),
+            Err(panic) => std::panic::resume_unwind(panic),
+        }
+    }
+}
+
+impl Drop for RunningArchiver {
+    fn drop(&mut self) {
+        if !std::thread::panicking() {
+            let _ = self.stop_and_join();
+        }
+    }
+}
+
+/// Checks, at attach, that the local segments continue `manifest`'s archive: the first local
+/// segment does not start past its end, the active segment does not start before it, and every
+/// local sealed segment it already names holds the bytes it names.
+fn check_log_continues_archive(
+    vfs: &dyn Vfs,
+    dir: &str,
+    local: &[LogSeq],
+    manifest: &Manifest,
+) -> Result<(), ArchiveError> {
+    let archived_next = manifest.archived_next();
+    if let Some(&first) = local.first()
+        && first > archived_next
+    {
+        return Err(ArchiveError::Gap {
+            reason: format!(
+                "the archive ends before seq {archived_next}, the local log starts at {first}"
+            ),
+        });
+    }
+    if let Some(&active) = local.last()
+        && active < archived_next
+    {
+        return Err(ArchiveError::Gap {
+            reason: format!(
+                "the archive holds seqs through {}, past the start of the local active segment \
+                 ({active}): this log is behind its archive (restore it instead)",
+                archived_next.0 - 1
+            ),
+        });
+    }
+    for &first in &local[..local.len().saturating_sub(1)] {
+        let Some(entry) = manifest.segments.iter().find(|s| s.first_seq == first.0) else {
+            continue;
+        };
+        let image = read_local_segment(vfs, dir, first)?;
+        if image.crc32c != entry.crc32c || image.next_seq.0 != entry.next_seq {
+            return Err(ArchiveError::Diverged {
+                key: entry.key.clone(),
+                existing_bytes: entry.bytes as usize,
+                our_bytes: image.bytes.len(),
+            });
+        }
+    }
+    Ok(())
+}
+
+/// Encoded record bytes on disk at or past `from`: the backlog an attach starts with.
+fn unarchived_bytes_on_disk(vfs: &dyn Vfs, dir: &str, from: LogSeq) -> Result<u64, ArchiveError> {
+    let mut reader =
+        SegmentReader::start_at(vfs, dir, from, from).map_err(|e| ArchiveError::LocalSegment {
+            path: dir.to_owned(),
+            source: e,
+        })?;
+    let mut bytes = 0u64;
+    while let Some(record) = reader
+        .next_record(vfs)
+        .map_err(|e| ArchiveError::LocalSegment {
+            path: dir.to_owned(),
+            source: e,
+        })?
+    {
+        if record.seq >= from {
+            bytes += encoded_len(record.payload.len()) as u64;
+        }
+    }
+    Ok(bytes)
+}
