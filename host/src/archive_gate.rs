@@ -14,6 +14,10 @@
 //!   staged: while the store is unreachable the log stops accepting records instead of
 //!   outgrowing the disk or dropping any. It accepts again as soon as the archiver catches up.
 //!
+//! Journals and push logs are archived as whole files: a [`CompactionListener`] attached to a
+//! [`crate::Journal`] or [`crate::PushLog`] hears of each compaction that replaced the file,
+//! so that the archiver ships the new generation.
+//!
 //! The backlog is counted in encoded record bytes (what the segments hold after their
 //! headers). A commit counts when it is admitted, so a commit that then fails still counts: the
 //! count can run ahead of the disk, never behind it.
@@ -21,6 +25,14 @@
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use stele::wal::LogSeq;
+
+/// Told, after a compaction has durably replaced a journal or push log, the file's path, so
+/// that its new generation can be archived. Called on the thread that compacted; it must
+/// return quickly (queue the name, do the upload elsewhere).
+pub trait CompactionListener: Send + Sync + std::fmt::Debug {
+    /// The file at `path` (root-relative) was replaced by a compaction.
+    fn compacted(&self, path: &str);
+}
 
 /// A commit refused because the archive is too far behind: see the module doc.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]

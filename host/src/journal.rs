@@ -20,6 +20,7 @@ use stele::vfs::{ReadyIo, Vfs};
 use wasmtime::Store;
 use wasmtime::component::ResourceAny;
 
+use crate::archive_gate::CompactionListener;
 use crate::bindings;
 use crate::bindings::exports::stele::log::journal as plain_wit;
 use crate::convert::{async_journal, plain_journal};
@@ -48,6 +49,8 @@ pub enum JournalError {
 pub struct Journal {
     writer: Writer<HostJournal>,
     mode: Mode,
+    path: String,
+    compaction_listener: Option<Arc<dyn CompactionListener>>,
 }
 
 impl Journal {
@@ -67,13 +70,16 @@ impl Journal {
         limits: SandboxLimits,
     ) -> Result<Journal, JournalError> {
         let path = path.to_owned();
+        let opened_path = path.clone();
         let journal =
-            tokio::task::spawn_blocking(move || HostJournal::open(vfs, &path, mode, limits))
+            tokio::task::spawn_blocking(move || HostJournal::open(vfs, &opened_path, mode, limits))
                 .await
                 .map_err(|_| lost("open panicked"))??;
         Ok(Journal {
             writer: Writer::new(journal),
             mode,
+            path,
+            compaction_listener: None,
         })
     }
 
@@ -90,10 +96,26 @@ impl Journal {
         self.writer.append(buf).await
     }
 
-    /// Atomically replaces the journal with `snapshot`; see [`JournalFile::compact`].
+    /// Atomically replaces the journal with `snapshot`; see [`JournalFile::compact`]. On `Ok`
+    /// the attached [`CompactionListener`], if any, is told.
     #[tracing::instrument(level = "info", skip_all, fields(mode = self.mode().name()))]
     pub async fn compact(&mut self, snapshot: Vec<u8>) -> Result<(), JournalError> {
-        self.writer.compact(snapshot).await
+        self.writer.compact(snapshot).await?;
+        if let Some(listener) = &self.compaction_listener {
+            listener.compacted(&self.path);
+        }
+        Ok(())
+    }
+
+    /// Tells `listener` of every later successful [`Self::compact`] (an archiver ships each
+    /// generation: `stele-archive`). Replaces an earlier listener.
+    pub fn set_compaction_listener(&mut self, listener: Arc<dyn CompactionListener>) {
+        self.compaction_listener = Some(listener);
+    }
+
+    /// The journal's root-relative path.
+    pub fn path(&self) -> &str {
+        &self.path
     }
 
     /// Where the last whole op ends (the file's length).

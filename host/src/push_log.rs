@@ -27,6 +27,7 @@ use stele::vfs::Vfs;
 use wasmtime::Store;
 use wasmtime::component::ResourceAny;
 
+use crate::archive_gate::CompactionListener;
 use crate::bindings;
 use crate::bindings::exports::stele::log::push_log as wit;
 use crate::convert::plain_push_log::{
@@ -58,6 +59,8 @@ pub enum PushLogCallError {
 pub struct PushLog {
     schema: SchemaRef,
     inner: Inner,
+    path: String,
+    compaction_listener: std::sync::OnceLock<Arc<dyn CompactionListener>>,
 }
 
 enum Inner {
@@ -132,7 +135,12 @@ impl PushLog {
                 ))))
             }
         };
-        Ok(PushLog { schema, inner })
+        Ok(PushLog {
+            schema,
+            inner,
+            path: path.to_owned(),
+            compaction_listener: std::sync::OnceLock::new(),
+        })
     }
 
     /// The schema every batch of this log has.
@@ -193,24 +201,53 @@ impl PushLog {
         }
     }
 
-    /// Compacts atomically; see [`stele::push_log::PushLog::compact`].
+    /// Compacts atomically; see [`stele::push_log::PushLog::compact`]. On `Ok` the attached
+    /// [`CompactionListener`], if any, is told.
     #[tracing::instrument(level = "info", skip_all)]
     pub fn compact(&self) -> Result<CompactionReport, PushLogCallError> {
-        match &self.inner {
-            Inner::Native(log) => Ok(log.compact()?),
-            Inner::Sandboxed(guest) => guest.compact(),
-        }
+        let report = match &self.inner {
+            Inner::Native(log) => log.compact()?,
+            Inner::Sandboxed(guest) => guest.compact()?,
+        };
+        self.tell_compacted();
+        Ok(report)
     }
 
-    /// Compacts if `policy` says so; `None` when it did not run.
+    /// Compacts if `policy` says so; `None` when it did not run. When it ran, the attached
+    /// [`CompactionListener`], if any, is told.
     #[tracing::instrument(level = "info", skip_all)]
     pub fn maybe_compact(
         &self,
         policy: CompactionPolicy,
     ) -> Result<Option<CompactionReport>, PushLogCallError> {
-        match &self.inner {
-            Inner::Native(log) => Ok(log.maybe_compact(policy)?),
-            Inner::Sandboxed(guest) => guest.maybe_compact(policy),
+        let report = match &self.inner {
+            Inner::Native(log) => log.maybe_compact(policy)?,
+            Inner::Sandboxed(guest) => guest.maybe_compact(policy)?,
+        };
+        if report.is_some() {
+            self.tell_compacted();
+        }
+        Ok(report)
+    }
+
+    /// Tells `listener` of every later compaction (an archiver ships each generation:
+    /// `stele-archive`). One listener for the life of the log; a second is refused and handed
+    /// back.
+    pub fn set_compaction_listener(
+        &self,
+        listener: Arc<dyn CompactionListener>,
+    ) -> Result<(), Arc<dyn CompactionListener>> {
+        self.compaction_listener.set(listener)
+    }
+
+    /// The log's root-relative path.
+    pub fn path(&self) -> &str {
+        &self.path
+    }
+
+    fn tell_compacted(&self) {
+        if let Some(listener) = self.compaction_listener.get() {
+            listener.compacted(&self.path);
         }
     }
 

@@ -40,7 +40,7 @@ use stele::wal::record::encoded_len;
 use stele::wal::segment::{SegmentReader, list_segments, read_checkpoint};
 use stele::wal::{LogSeq, WalTruncation};
 use stele_host::Wal;
-use stele_host::archive_gate::ArchiveGate;
+use stele_host::archive_gate::{ArchiveGate, CompactionListener};
 
 use crate::image::{SegmentImage, read_local_segment};
 use crate::layout::{file_generation_key, manifest_key, segment_key};
@@ -164,6 +164,21 @@ pub struct Archiver {
     stats: ArchiverStats,
     last_error: Option<String>,
     stopped: Option<String>,
+    /// Files a compaction replaced since the last round: their new generations are due.
+    files_due: Arc<FilesDue>,
+}
+
+/// The names [`Archiver::compaction_listener`] hears of, until a round archives them.
+#[derive(Debug, Default)]
+struct FilesDue(Mutex<std::collections::BTreeSet<String>>);
+
+impl CompactionListener for FilesDue {
+    fn compacted(&self, path: &str) {
+        self.0
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(path.to_owned());
+    }
 }
 
 /// Milliseconds since the Unix epoch.
@@ -267,10 +282,19 @@ impl Archiver {
             stats: ArchiverStats::default(),
             last_error: None,
             stopped: None,
+            files_due: Arc::default(),
         };
         archiver.publish(first_manifest).await?;
         archiver.wal.attach_archive_gate(gate)?;
         Ok(archiver)
+    }
+
+    /// A listener to attach to a journal or push log on the same filesystem
+    /// ([`stele_host::Journal::set_compaction_listener`],
+    /// [`stele_host::PushLog::set_compaction_listener`]): after each compaction, the next round
+    /// archives the file's new generation.
+    pub fn compaction_listener(&self) -> Arc<dyn CompactionListener> {
+        self.files_due.clone()
     }
 
     /// The gate this archiver moves.
@@ -452,6 +476,25 @@ impl Archiver {
             let truncation = self.wal.truncate_through(LogSeq(checkpoint))?;
             self.stats.segments_truncated += truncation.segments_removed;
             report.truncation = Some(truncation);
+        }
+        let due = std::mem::take(
+            &mut *self
+                .files_due
+                .0
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner),
+        );
+        for (i, name) in due.iter().enumerate() {
+            if let Err(error) = self.archive_file_inner(name).await {
+                // Still due: the next round tries again.
+                let mut queue = self
+                    .files_due
+                    .0
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner);
+                queue.extend(due.iter().skip(i).cloned());
+                return Err(error);
+            }
         }
         Ok(report)
     }

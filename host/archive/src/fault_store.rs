@@ -81,6 +81,14 @@ impl FaultStore {
             .push(fault);
     }
 
+    /// Drops every queued fault that has not fired.
+    pub fn clear(&self) {
+        self.faults
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clear();
+    }
+
     /// Takes the store down (every request fails) or brings it back.
     pub fn set_down(&self, down: bool) {
         self.down.store(down, Ordering::SeqCst);

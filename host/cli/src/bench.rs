@@ -13,7 +13,7 @@ use anyhow::{Context, Result};
 /// minutes, so it shows; like every bar, it is hidden when stdout is not a terminal.
 static PROGRESS: OnceLock<indicatif::ProgressBar> = OnceLock::new();
 
-fn progress() -> &'static indicatif::ProgressBar {
+pub(crate) fn progress() -> &'static indicatif::ProgressBar {
     PROGRESS.get_or_init(|| {
         use std::io::IsTerminal;
         if !std::io::stdout().is_terminal() {
@@ -69,6 +69,9 @@ pub enum Workload {
     Segments,
     /// Each built component: its size, the time to compile it, and the time to instantiate it.
     Components,
+    /// The archiver beside 16 durable writers: upload rate against the writer's, seal-to-
+    /// archived lag, restore MB/s, commit p99 with and without it, requests per GiB.
+    Archive,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -77,12 +80,12 @@ enum Driver {
     Tasks,
 }
 
-struct Row {
+pub(crate) struct Row {
     system: String,
     mode: &'static str,
     writers: usize,
-    records: usize,
-    seconds: f64,
+    pub(crate) records: usize,
+    pub(crate) seconds: f64,
     syncs: u64,
     latencies_us: Vec<f64>,
 }
@@ -99,7 +102,7 @@ impl Row {
 /// The physical limit for one writer: a raw write of the record plus fdatasync, in a loop.
 /// `preallocated`: the file is sized up front and written in place, so fdatasync flushes no
 /// metadata; otherwise each record is appended.
-fn limit(dir: &Path, records: usize, payload: usize, preallocated: bool) -> Result<Row> {
+pub(crate) fn limit(dir: &Path, records: usize, payload: usize, preallocated: bool) -> Result<Row> {
     use std::os::unix::fs::FileExt;
     let path = dir.join(if preallocated {
         "limit-prealloc"
@@ -392,6 +395,10 @@ pub fn run(dir: &Path, args: &BenchArgs) -> Result<()> {
     if args.workloads.contains(&Workload::Components) {
         progress().set_message("components");
         components_table(dir)?;
+    }
+    if args.workloads.contains(&Workload::Archive) {
+        progress().set_message("archive");
+        crate::bench_archive::archive_table(dir, args, json.as_mut())?;
     }
     progress().finish_and_clear();
     Ok(())
@@ -1098,7 +1105,7 @@ impl wasmtime_wasi::WasiView for WasiOnly {
 }
 
 /// The `p` quantile (0 to 1) of `samples`, by nearest rank; 0 when there are none.
-fn percentile(samples: &[f64], p: f64) -> f64 {
+pub(crate) fn percentile(samples: &[f64], p: f64) -> f64 {
     let mut v = samples.to_vec();
     v.sort_by(f64::total_cmp);
     v.get(((v.len() as f64 - 1.0) * p).round() as usize)

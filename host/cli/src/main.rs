@@ -12,7 +12,9 @@ use stele::wal::{DurabilityPolicy, LogEnd, WalOpenError, WalOptions};
 use stele_host::fs::RealFs;
 use stele_host::{Journal, Mode, Wal, WalError, read_wal, replay_journal};
 
+mod archive_cmd;
 mod bench;
+mod bench_archive;
 mod inspect_cmd;
 mod progress;
 mod push_log_cmd;
@@ -67,6 +69,10 @@ enum Command {
     /// Push-log tools: Arrow record batches, one frame per push.
     #[command(subcommand, name = "push-log")]
     PushLog(PushLogCommand),
+    /// A log's archive in object storage (`file://`, `memory://`, `s3://`): status, verify,
+    /// restore, tail. `stele wal soak --archive URL` archives beside a running writer.
+    #[command(subcommand)]
+    Archive(archive_cmd::ArchiveCommand),
     /// Benchmarks, side by side with the peers and the disk's limit, in one run, as markdown
     /// tables: durable WAL commits (the limit = raw write + fdatasync; Stele native, sandboxed
     /// with threads and with tokio tasks, sandboxed-plain; okaywal; SQLite in WAL mode) at each
@@ -94,7 +100,7 @@ enum Command {
             long,
             value_enum,
             value_delimiter = ',',
-            default_value = "wal,segments,non-durable,recovery,journal,push-log,components"
+            default_value = "wal,segments,non-durable,recovery,journal,push-log,components,archive"
         )]
         workloads: Vec<bench::Workload>,
         /// Journal appends per system.
@@ -160,6 +166,11 @@ enum WalCommand {
         /// sandboxed-plain (the plain WASI 0.2 component).
         #[arg(long, value_enum, default_value = "native")]
         mode: ModeArg,
+        /// Archive the log's sealed segments to this URL while it runs (see `stele archive`),
+        /// truncating archived segments below the newest two; prints `archived <seq>` as the
+        /// archive's end moves. Commits are refused once 1 GiB is written but not archived.
+        #[arg(long)]
+        archive: Option<String>,
     },
     /// Print every valid record of a WAL (a file or a segment directory), then how its valid
     /// prefix ended.
@@ -345,6 +356,12 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::PushLog(command) => push_log_command(command),
+        Command::Archive(command) => {
+            return archive_cmd::archive_command(command).unwrap_or_else(|err| {
+                eprintln!("stele: {err:#}");
+                ExitCode::FAILURE
+            });
+        }
         Command::Journal(command) => return journal_command(command),
         Command::Inspect { path, json } => return exit(inspect_cmd::inspect(&path, json)),
         Command::Verify { path, json } => return exit(inspect_cmd::verify(&path, json)),
@@ -418,6 +435,7 @@ fn main() -> ExitCode {
             payload_bytes,
             count,
             mode,
+            archive,
         }) => wal_soak(
             &path,
             (!single_file).then_some(segment_bytes),
@@ -425,6 +443,7 @@ fn main() -> ExitCode {
             payload_bytes,
             count,
             mode.into(),
+            archive.as_deref(),
         ),
     };
     match result {
@@ -708,6 +727,7 @@ fn wal_soak(
     payload_bytes: usize,
     count: Option<u64>,
     mode: Mode,
+    archive: Option<&str>,
 ) -> Result<()> {
     use std::io::Write;
     use std::sync::atomic::{AtomicU64, Ordering};
@@ -719,14 +739,42 @@ fn wal_soak(
         ..WalOptions::new(DurabilityPolicy::FullSync)
     };
     let (wal, recovery) =
-        Wal::open(fs, &name, options, mode).map_err(|e| wal_writer_error(path, e))?;
+        Wal::open(fs.clone(), &name, options, mode).map_err(|e| wal_writer_error(path, e))?;
     eprintln!(
         "recovered {} records ({:?}); appending from seq {}",
         recovery.records, recovery.end, recovery.next_seq
     );
+    let archiver = match archive {
+        None => None,
+        Some(_) if segment_bytes.is_none() => {
+            bail!("--archive needs a segmented log: a single file never seals a segment")
+        }
+        Some(url) => {
+            let location = stele_archive::ArchiveLocation::open(url)?;
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()?;
+            let archiver = rt
+                .block_on(stele_archive::Archiver::attach(
+                    location,
+                    fs,
+                    &name,
+                    wal.clone(),
+                    stele_archive::ArchiveOptions::default(),
+                ))
+                .with_context(|| format!("attaching the archive {url}"))?;
+            eprintln!(
+                "archiving to {url} as writer epoch {}, from seq {}",
+                archiver.manifest().epoch,
+                archiver.manifest().next_seq
+            );
+            Some(archiver.spawn()?)
+        }
+    };
     let issued = AtomicU64::new(0);
+    let writers_done = std::sync::atomic::AtomicBool::new(false);
     let stdout = std::sync::Mutex::new(std::io::stdout());
-    std::thread::scope(|scope| -> Result<()> {
+    let written = std::thread::scope(|scope| -> Result<()> {
         let handles: Vec<_> = (0..threads.max(1))
             .map(|t| {
                 let (wal, issued, stdout) = (&wal, &issued, &stdout);
@@ -749,12 +797,49 @@ fn wal_soak(
                 })
             })
             .collect();
+        let archived_reporter = archiver.as_ref().map(|archiver| {
+            let (stdout, writers_done) = (&stdout, &writers_done);
+            scope.spawn(move || {
+                let mut reported = archiver.status().archived_next;
+                while !writers_done.load(Ordering::Relaxed) {
+                    let status = archiver.status();
+                    if status.archived_next > reported {
+                        reported = status.archived_next;
+                        let mut out = stdout
+                            .lock()
+                            .unwrap_or_else(std::sync::PoisonError::into_inner);
+                        let _ = writeln!(out, "archived {reported}");
+                        let _ = out.flush();
+                    }
+                    if status.stopped.is_some() {
+                        break;
+                    }
+                    std::thread::sleep(std::time::Duration::from_millis(50));
+                }
+            })
+        });
+        let mut outcome = Ok(());
         for h in handles {
-            h.join()
-                .map_err(|_| anyhow::anyhow!("a writer thread panicked"))??;
+            let joined = h
+                .join()
+                .map_err(|_| anyhow::anyhow!("a writer thread panicked"))
+                .and_then(|r| r);
+            outcome = outcome.and(joined);
         }
-        Ok(())
-    })
+        writers_done.store(true, Ordering::Relaxed);
+        if let Some(reporter) = archived_reporter {
+            let _ = reporter.join();
+        }
+        outcome
+    });
+    if let Some(archiver) = archiver {
+        let status = archiver.stop().status();
+        println!("archived {}", status.archived_next.0);
+        if let Some(reason) = status.stopped {
+            eprintln!("stele: the archiver stopped: {reason}");
+        }
+    }
+    written
 }
 
 /// A value as quoted text when it is short printable UTF-8, else as a hex preview.

@@ -88,7 +88,7 @@ pub fn append(
 }
 
 /// One record as a line: text, or JSON.
-fn record_line(r: &VisibleRecord, json: bool) -> String {
+pub(crate) fn record_line(r: &VisibleRecord, json: bool) -> String {
     if json {
         serde_json::json!({
             "seq": r.seq.0,

@@ -1,0 +1,271 @@
+//! `stele bench --workloads archive`: the archiver beside a durable writer, in one run with the
+//! writer alone and the disk's limit (raw write + fdatasync, [`crate::bench`]'s limit row).
+//!
+//! Stores measured: a local directory (`file://`, on the bench's own disk) and `object_store`'s
+//! `InMemory` (no store cost: what the archiver itself costs). Each figure is the median of
+//! [`ROUNDS`] rounds.
+
+use std::io::Write;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result};
+use stele::vfs::Vfs;
+use stele::wal::record::encoded_len;
+use stele::wal::{DurabilityPolicy, LogSeq, WalOptions};
+use stele_archive::object_store::memory::InMemory;
+use stele_archive::{ArchiveLocation, ArchiveOptions, Archiver, RestoreOptions};
+use stele_host::fs::RealFs;
+use stele_host::{Mode, Wal};
+
+use crate::bench::{BenchArgs, percentile, progress};
+
+/// Rounds per store; the table gives medians.
+const ROUNDS: usize = 3;
+
+/// Segments small enough that a run seals dozens, so that the lag has samples and the upload
+/// is sustained rather than one object.
+const SEGMENT_BYTES: u64 = 1 << 20;
+
+/// Durable writers: enough that groups form, as in production.
+const WRITERS: usize = 16;
+
+/// The archiver's wait between rounds in the bench: short, so that the lag measures the
+/// upload, not the poll.
+const POLL: Duration = Duration::from_millis(10);
+
+struct Round {
+    /// Durable MB/s of records, writer alone.
+    wal_alone_mb_s: f64,
+    /// The writer's commit latencies alone, µs.
+    alone_us: Vec<f64>,
+    /// The same with the archiver running.
+    archived_us: Vec<f64>,
+    /// Archive bytes over the time from the first commit to the archive's catching up.
+    upload_mb_s: f64,
+    /// Durable MB/s of records with the archiver running.
+    wal_archived_mb_s: f64,
+    lag_ms: Vec<f64>,
+    restore_mb_s: f64,
+    requests_per_gib: f64,
+}
+
+/// Commits `per_writer` records from each of [`WRITERS`] threads; returns each commit's
+/// latency in µs and the seconds it took.
+fn commit_load(wal: &Wal, per_writer: usize, payload: usize) -> Result<(Vec<f64>, f64)> {
+    let body = vec![0xA5u8; payload];
+    let started = Instant::now();
+    let latencies = std::thread::scope(|scope| -> Result<Vec<f64>> {
+        let threads: Vec<_> = (0..WRITERS)
+            .map(|_| {
+                let (wal, body) = (wal, &body);
+                scope.spawn(move || -> Result<Vec<f64>> {
+                    let mut own = Vec::with_capacity(per_writer);
+                    for _ in 0..per_writer {
+                        let t = Instant::now();
+                        wal.commit_durable(1, body)?;
+                        own.push(t.elapsed().as_secs_f64() * 1e6);
+                    }
+                    Ok(own)
+                })
+            })
+            .collect();
+        let mut all = Vec::new();
+        for t in threads {
+            all.extend(
+                t.join()
+                    .map_err(|_| anyhow::anyhow!("a writer panicked"))??,
+            );
+        }
+        Ok(all)
+    })?;
+    Ok((latencies, started.elapsed().as_secs_f64()))
+}
+
+fn options() -> WalOptions {
+    WalOptions {
+        retained_bytes_max: 0,
+        ..WalOptions::segmented(DurabilityPolicy::FullSync, SEGMENT_BYTES)
+    }
+}
+
+fn round(dir: &Path, store: &str, per_writer: usize, payload: usize) -> Result<Round> {
+    let record_bytes = (WRITERS * per_writer * encoded_len(payload)) as f64;
+    let fs: Arc<dyn Vfs> = Arc::new(RealFs::open_root(dir)?);
+    for name in [
+        "bench-archive-alone",
+        "bench-archive-on",
+        "bench-archive-restored",
+    ] {
+        let _ = std::fs::remove_dir_all(dir.join(name));
+    }
+    let store_dir = dir.join("bench-archive-store");
+    let _ = std::fs::remove_dir_all(&store_dir);
+
+    let (alone, _) = Wal::open(fs.clone(), "bench-archive-alone", options(), Mode::Native)?;
+    let (alone_us, alone_s) = commit_load(&alone, per_writer, payload)?;
+    drop(alone);
+
+    let location = match store {
+        "file" => ArchiveLocation::open(&format!("file://{}", store_dir.display()))?,
+        _ => ArchiveLocation::new(Arc::new(InMemory::new()), "bench", "memory://"),
+    };
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let (wal, _) = Wal::open(fs.clone(), "bench-archive-on", options(), Mode::Native)?;
+    let archive_options = ArchiveOptions {
+        poll_interval: POLL,
+        truncate_local: false,
+        ..ArchiveOptions::default()
+    };
+    let running = rt
+        .block_on(Archiver::attach(
+            location.clone(),
+            fs.clone(),
+            "bench-archive-on",
+            wal.clone(),
+            archive_options,
+        ))?
+        .spawn()?;
+    let requests_before = location.requests();
+    let started = Instant::now();
+    let (archived_us, archived_s) = commit_load(&wal, per_writer, payload)?;
+    let sealed_end = stele::wal::segment::list_segments(&*fs, "bench-archive-on")?
+        .last()
+        .copied()
+        .unwrap_or(LogSeq(0));
+    anyhow::ensure!(
+        running.wait_archived(sealed_end, Duration::from_secs(120)),
+        "the archiver did not catch up: {:?}",
+        running.status()
+    );
+    let caught_up_s = started.elapsed().as_secs_f64();
+    let archiver = running.stop();
+    let status = archiver.status();
+    let bytes = status.stats.bytes_archived as f64;
+    let requests = (location.requests() - requests_before) as f64;
+    drop(archiver);
+    drop(wal);
+
+    let restore_started = Instant::now();
+    let report = rt.block_on(stele_archive::restore(
+        &location,
+        fs.clone(),
+        "bench-archive-restored",
+        RestoreOptions::default(),
+    ))?;
+    let restore_s = restore_started.elapsed().as_secs_f64();
+    for name in [
+        "bench-archive-alone",
+        "bench-archive-on",
+        "bench-archive-restored",
+    ] {
+        let _ = std::fs::remove_dir_all(dir.join(name));
+    }
+    let _ = std::fs::remove_dir_all(&store_dir);
+    Ok(Round {
+        wal_alone_mb_s: record_bytes / alone_s / 1e6,
+        alone_us,
+        archived_us,
+        upload_mb_s: bytes / caught_up_s / 1e6,
+        wal_archived_mb_s: record_bytes / archived_s / 1e6,
+        lag_ms: status
+            .stats
+            .seal_to_archived_ms
+            .iter()
+            .map(|&ms| ms as f64)
+            .collect(),
+        restore_mb_s: report.bytes as f64 / restore_s / 1e6,
+        requests_per_gib: requests / (bytes / (1u64 << 30) as f64),
+    })
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+/// The archive table; see the module doc.
+pub fn archive_table(
+    dir: &Path,
+    args: &BenchArgs,
+    mut json: Option<&mut std::fs::File>,
+) -> Result<()> {
+    let payload = args.payload_bytes.first().copied().unwrap_or(4096).max(1);
+    let per_writer = (args.records / WRITERS).max(16);
+    let limit = crate::bench::limit(dir, args.records, payload, true)?;
+    let limit_mb_s = limit.records as f64 * payload as f64 / limit.seconds / 1e6;
+    std::println!();
+    progress().suspend(|| {
+        std::println!(
+            "Archive: {WRITERS} durable writers × {per_writer} records of {payload} B, \
+             FullSync, {} KiB segments, archiver polling every {} ms; medians of {ROUNDS} rounds. \
+             The disk's limit (one writer, raw write + fdatasync): {limit_mb_s:.1} MB/s. \
+             upload = archived bytes over the time from the first commit until the archive \
+             holds every sealed segment; keeps up = upload × the writer's durable MB/s in the \
+             same round. p99 with = commit p99 with the archiver running, × the writer alone.\n",
+            SEGMENT_BYTES >> 10,
+            POLL.as_millis()
+        );
+        std::println!(
+            "| store | writer alone MB/s | writer + archiver MB/s | upload MB/s | keeps up × | \
+             lag p50 ms | lag p99 ms | restore MB/s | commit p99 alone µs | p99 with µs | \
+             p99 × | requests/GiB |"
+        );
+        std::println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    });
+    for store in ["file", "memory"] {
+        let mut rounds = Vec::new();
+        for _ in 0..ROUNDS {
+            rounds.push(
+                round(dir, store, per_writer, payload)
+                    .with_context(|| format!("archive bench, {store}"))?,
+            );
+        }
+        let m = |f: &dyn Fn(&Round) -> f64| median(rounds.iter().map(f).collect());
+        let alone_p99 = m(&|r| percentile(&r.alone_us, 0.99));
+        let with_p99 = m(&|r| percentile(&r.archived_us, 0.99));
+        let keeps_up = m(&|r| r.upload_mb_s / r.wal_archived_mb_s);
+        let row = (
+            m(&|r| r.wal_alone_mb_s),
+            m(&|r| r.wal_archived_mb_s),
+            m(&|r| r.upload_mb_s),
+            m(&|r| percentile(&r.lag_ms, 0.5)),
+            m(&|r| percentile(&r.lag_ms, 0.99)),
+            m(&|r| r.restore_mb_s),
+            m(&|r| r.requests_per_gib),
+        );
+        progress().suspend(|| {
+            std::println!(
+                "| {store} | {:.1} | {:.1} | {:.1} | {keeps_up:.2} | {:.0} | {:.0} | {:.0} | \
+                 {alone_p99:.0} | {with_p99:.0} | {:.2} | {:.0} |",
+                row.0,
+                row.1,
+                row.2,
+                row.3,
+                row.4,
+                row.5,
+                with_p99 / alone_p99,
+                row.6
+            );
+        });
+        if let Some(out) = json.as_mut() {
+            writeln!(
+                out,
+                "{}",
+                serde_json::json!({
+                    "workload": "archive", "store": store, "writers": WRITERS,
+                    "payload_bytes": payload, "wal_alone_mb_per_s": row.0,
+                    "wal_with_archiver_mb_per_s": row.1, "upload_mb_per_s": row.2,
+                    "keeps_up_ratio": keeps_up, "lag_p50_ms": row.3, "lag_p99_ms": row.4,
+                    "restore_mb_per_s": row.5, "commit_p99_alone_us": alone_p99,
+                    "commit_p99_with_archiver_us": with_p99, "requests_per_gib": row.6,
+                    "limit_mb_per_s": limit_mb_s,
+                })
+            )?;
+        }
+    }
+    Ok(())
+}
