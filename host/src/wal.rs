@@ -386,6 +386,19 @@ impl Wal {
         }
     }
 
+    /// See [`WalWriter::seal_active_segment`]: starts a new segment so that every durable
+    /// record lies in a sealed one; `false` when there was nothing to seal.
+    #[tracing::instrument(level = "debug", skip_all, fields(mode = self.mode().name()))]
+    pub fn seal_active_segment(&self) -> Result<bool, WalError> {
+        match &*self.inner {
+            Inner::Native(w) => Ok(w.seal_active_segment()?),
+            Inner::Async(s) => s.request_blocking(|reply| Request::SealActiveSegment { reply }),
+            Inner::Plain(s) => Self::plain(s, |st, b, w| {
+                b.stele_log_wal().writer().call_seal_active_segment(st, w)
+            }),
+        }
+    }
+
     /// See [`WalWriter::visible_records`]. `limit` is capped at `u32::MAX` when sandboxed.
     #[tracing::instrument(level = "debug", skip_all, fields(mode = self.mode().name()))]
     pub fn visible_records(
@@ -613,6 +626,18 @@ impl AsyncWal {
         match &*self.wal.inner {
             Inner::Async(s) => s.request(|reply| Request::Flush { reply }).await,
             _ => self.blocking(|w| w.flush()).await,
+        }
+    }
+
+    /// See [`Wal::seal_active_segment`].
+    #[tracing::instrument(level = "debug", skip_all, fields(mode = self.mode().name()))]
+    pub async fn seal_active_segment(&self) -> Result<bool, WalError> {
+        match &*self.wal.inner {
+            Inner::Async(s) => {
+                s.request(|reply| Request::SealActiveSegment { reply })
+                    .await
+            }
+            _ => self.blocking(|w| w.seal_active_segment()).await,
         }
     }
 

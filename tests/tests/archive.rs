@@ -492,6 +492,69 @@ fn a_kill_between_the_segment_put_and_the_manifest_put_loses_nothing() {
 }
 
 #[test]
+fn a_quiet_log_is_sealed_at_seal_age_max_and_its_records_leave_the_disk() {
+    let rt = runtime();
+    let age = Duration::from_millis(40);
+    let (_faults, location) = memory_store();
+    let vfs = mem_vfs();
+    // Sandboxed: the seal crosses the WIT boundary (every mode's seal is in fault_paths).
+    let (wal, _) = Wal::open(vfs.clone(), DIR, options(), Mode::Sandboxed).unwrap();
+    let aged = ArchiveOptions {
+        seal_age_max: Some(age),
+        ..no_truncation()
+    };
+    let mut archiver = attach(&rt, &location, &vfs, &wal, aged).unwrap();
+    commit(&wal, 0..3);
+    // The first round to see the records starts the clock: nothing is sealed yet.
+    let report = rt.block_on(archiver.archive_round()).unwrap();
+    assert_eq!(report.archived_next, LogSeq(0));
+    assert_eq!(list_segments(&*vfs, DIR).unwrap(), vec![LogSeq(0)]);
+    std::thread::sleep(age + Duration::from_millis(10));
+    let report = rt.block_on(archiver.archive_round()).unwrap();
+    assert_eq!(
+        report.archived_next,
+        LogSeq(3),
+        "sealed and shipped in one round"
+    );
+    assert_eq!(
+        list_segments(&*vfs, DIR).unwrap(),
+        vec![LogSeq(0), LogSeq(3)]
+    );
+    assert_eq!(archiver.status().stats.segments_sealed_by_age, 1);
+    // Idle: the new active segment holds nothing, so it is never sealed.
+    std::thread::sleep(age + Duration::from_millis(10));
+    rt.block_on(archiver.archive_round()).unwrap();
+    assert_eq!(
+        list_segments(&*vfs, DIR).unwrap(),
+        vec![LogSeq(0), LogSeq(3)]
+    );
+    // The writer goes on in the new segment.
+    commit(&wal, 3..5);
+    drop(archiver);
+    drop(wal);
+    // Machine lost: the sealed records come back.
+    let (target, restored) = restore_all(&rt, &location, None);
+    assert_eq!(restored.unwrap().next_seq, 3);
+    assert_eq!(records(&target, "restored"), expected(0..3));
+
+    // Without seal_age_max, a quiet log's records wait for their segment to fill.
+    let (_faults, location) = memory_store();
+    let vfs = mem_vfs();
+    let (wal, _) = Wal::open(vfs.clone(), DIR, options(), Mode::Native).unwrap();
+    let unaged = ArchiveOptions {
+        seal_age_max: None,
+        ..no_truncation()
+    };
+    let mut archiver = attach(&rt, &location, &vfs, &wal, unaged).unwrap();
+    commit(&wal, 0..3);
+    rt.block_on(archiver.archive_round()).unwrap();
+    std::thread::sleep(age + Duration::from_millis(10));
+    let report = rt.block_on(archiver.archive_round()).unwrap();
+    assert_eq!(report.archived_next, LogSeq(0));
+    assert_eq!(list_segments(&*vfs, DIR).unwrap(), vec![LogSeq(0)]);
+}
+
+#[test]
 fn a_kill_between_the_manifest_put_and_local_truncation_loses_nothing() {
     let rt = runtime();
     let (faults, location) = memory_store();

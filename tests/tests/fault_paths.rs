@@ -23,7 +23,7 @@ use stele_host::{
     Journal, JournalError, Mode, PushLog, PushLogCallError, Wal, WalError, read_wal,
     replay_journal_blocking,
 };
-use stele_tests::{ci_line, every_mode, payload, tokio_runtime};
+use stele_tests::{ci_line, every_mode, payload, payload_id, tokio_runtime};
 
 const RECORDS: u64 = 30;
 
@@ -404,6 +404,65 @@ fn a_failed_rotation_dir_sync_is_not_counted(mode: Mode) {
     );
 }
 
+/// `seal_active_segment`'s durability claim: once it returns `true` under `FullSync`, a power
+/// loss keeps the sealed segment sealed (a later, empty segment after it) with every record
+/// acknowledged before; commits after it land in the new segment. A failed directory sync
+/// fails the seal and poisons the writer, and no acknowledged record is lost.
+fn a_seal_survives_power_loss_and_a_failed_one_poisons(mode: Mode) {
+    let fs = FaultFs::new();
+    let options = WalOptions::segmented(DurabilityPolicy::FullSync, 64 << 10);
+    let (wal, _) = Wal::open(vfs(&fs), "log", options, mode).unwrap();
+    assert!(
+        !wal.seal_active_segment().unwrap(),
+        "an empty segment: nothing to seal"
+    );
+    for i in 0..5u64 {
+        wal.commit_durable(1, &payload(0, i, 100)).unwrap();
+    }
+    assert!(wal.seal_active_segment().unwrap(), "{}", mode.name());
+    assert!(!wal.seal_active_segment().unwrap(), "sealed already");
+    assert_eq!(wal.segments().unwrap(), vec![LogSeq(0), LogSeq(5)]);
+    let crashed = power_loss(&fs);
+    let (reopened, recovery) = Wal::open(crashed.clone(), "log", options, mode).unwrap();
+    assert_eq!(recovery.next_seq, LogSeq(5), "{}", mode.name());
+    assert_eq!(reopened.segments().unwrap(), vec![LogSeq(0), LogSeq(5)]);
+    reopened.commit_durable(1, &payload(0, 5, 100)).unwrap();
+    drop(reopened);
+    let (records, _) = read_wal(crashed, "log", mode).unwrap();
+    let ids: Vec<(u64, u64)> = records.iter().map(|r| payload_id(&r.payload)).collect();
+    assert_eq!(ids, (0..6).map(|i| (0, i)).collect::<Vec<_>>());
+
+    // A seal whose directory sync fails.
+    let fs = FaultFs::new();
+    let (wal, _) = Wal::open(vfs(&fs), "log", options, mode).unwrap();
+    for i in 0..3u64 {
+        wal.commit_durable(1, &payload(0, i, 100)).unwrap();
+    }
+    fs.inject(FaultRule {
+        op: OpKind::SyncDir,
+        nth: fs.count(OpKind::SyncDir) + 1,
+        error: InjectedError::Io,
+    });
+    let failed = wal.seal_active_segment();
+    assert!(
+        matches!(failed, Err(WalError::Write(WalWriteError::Failed { .. }))),
+        "{}: {failed:?}",
+        mode.name()
+    );
+    assert!(matches!(
+        wal.commit_durable(1, b"after"),
+        Err(WalError::Write(WalWriteError::Poisoned { .. }))
+    ));
+    drop(wal);
+    let (_, recovery) = Wal::open(power_loss(&fs), "log", options, mode).unwrap();
+    assert_eq!(
+        recovery.next_seq,
+        LogSeq(3),
+        "{}: the acknowledged survive",
+        mode.name()
+    );
+}
+
 /// Twelve appends of one or two ops, compactions after the 4th and 8th, and a reopen right
 /// after the second compaction (a new writer must not trust a name the old one left
 /// undurable). The writer retries a pending directory sync itself, so it is kept after a
@@ -540,6 +599,7 @@ every_mode!(
     enospc_is_a_typed_error,
     wal_survives_a_failed_dir_sync_or_rename_at_every_index,
     a_failed_rotation_dir_sync_is_not_counted,
+    a_seal_survives_power_loss_and_a_failed_one_poisons,
     journal_survives_a_failed_dir_sync_or_rename_at_every_index,
     push_log_survives_a_failed_dir_sync_or_rename_at_every_index,
 );

@@ -389,6 +389,10 @@ impl wit::GuestWriter for GuestWriter {
         self.0.flush().map_err(write_error)
     }
 
+    fn seal_active_segment(&self) -> Result<bool, wit::WalError> {
+        self.0.seal_active_segment().map_err(write_error)
+    }
+
     fn visible_records(
         &self,
         first_seq: u64,

@@ -416,6 +416,28 @@ impl wit::GuestWriter for AsyncWriter {
         self.wait_durable(target).await.map_err(write_error)
     }
 
+    async fn seal_active_segment(&self) -> Result<bool, wal_types::WalError> {
+        let Some(ticket) = self.core.borrow_mut().request_seal().map_err(write_error)? else {
+            return Ok(false);
+        };
+        loop {
+            let state = self.core.borrow().seal_wait_state(ticket);
+            match state {
+                WaitState::Durable => return Ok(true),
+                WaitState::Failed(cause) => {
+                    return Err(write_error(WalWriteError::Failed { cause }));
+                }
+                WaitState::Pending => {}
+            }
+            // Every group's end wakes the parked (finish_group), a seal group's included.
+            let leadership = self.claim_leadership();
+            match leadership {
+                Some(leadership) => self.lead(leadership.gather, WitIo::Async).await,
+                None => self.park().await,
+            }
+        }
+    }
+
     async fn visible_records(
         &self,
         first_seq: u64,

@@ -62,7 +62,8 @@ pub fn start_segment<Io: DeviceIo>(
 }
 
 /// Writes `group` to `file`: its chunks back to back at its offset (one write; a multi-chunk
-/// group is assembled in `scratch`), then its zero fill, then its sync if it has one.
+/// group is assembled in `scratch`; a seal group of no record writes none), then its zero fill,
+/// then its sync if it has one.
 pub async fn write_group<Io: FileIo>(
     io: &Io,
     file: &Io::File,
@@ -71,7 +72,7 @@ pub async fn write_group<Io: FileIo>(
 ) -> Result<(), VfsError> {
     if let [only] = group.chunks.as_slice() {
         io.write_at(file, group.offset, only).await?;
-    } else {
+    } else if !group.chunks.is_empty() {
         scratch.clear();
         for chunk in &group.chunks {
             scratch.extend_from_slice(chunk);

@@ -23,6 +23,12 @@
 //! non-durable commits), the leader keeps draining them itself, so no visible record is
 //! stranded without a leader.
 //!
+//! **Sealing on demand.** [`GroupCommit::request_seal`] makes the next group start a new
+//! segment even when the current one has room; with nothing pending, that group holds no
+//! record and only creates the segment. Every segment but the last is sealed and immutable,
+//! so an archiver that ships sealed segments can bound how long a record of a quiet log stays
+//! on one disk.
+//!
 //! **Poisoning.** A failed write or sync sets `failure`. From then on `durable_end` never moves,
 //! staging is refused, and no one can lead: a sync error may have dropped dirty pages, so no
 //! later sync could prove the earlier bytes durable (fsyncgate).
@@ -148,6 +154,9 @@ pub struct Group {
     pub sync: Option<SyncKind>,
     /// The group opens a new segment: the driver rotates before writing it.
     pub starts_segment: bool,
+    /// The group carries out a [`GroupCommit::request_seal`]: it starts a segment though the
+    /// current one had room, and holds no record when nothing was pending.
+    pub seals: bool,
     /// Bytes after the group, still unwritten in this segment, that the driver overwrites with
     /// zeros before the sync (see [`ZERO_FILL_CHUNK_BYTES`]). They are zeros already (the
     /// preallocated tail), so a torn or lost zero fill changes nothing a reader sees.
@@ -240,8 +249,20 @@ pub struct GroupCommit {
     waiters: BTreeMap<LogSeq, usize>,
     retained: VecDeque<(VisibleRecord, usize)>,
     retained_bytes: usize,
+    /// A seal was requested and no group has carried it out yet.
+    seal_requested: bool,
+    /// The group in flight is a seal group.
+    seal_in_flight: bool,
+    /// Seal groups completed: a [`SealTicket`] is settled once this reaches it.
+    seals_done: u64,
     stats: WalWriterStats,
 }
+
+/// What a caller of [`GroupCommit::request_seal`] waits for: see
+/// [`GroupCommit::seal_wait_state`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[must_use = "a requested seal is settled only through seal_wait_state"]
+pub struct SealTicket(u64);
 
 impl GroupCommit {
     /// A core resuming a log whose next record is `next_seq` at byte `write_offset` of the
@@ -266,6 +287,9 @@ impl GroupCommit {
             waiters: BTreeMap::new(),
             retained: VecDeque::new(),
             retained_bytes: 0,
+            seal_requested: false,
+            seal_in_flight: false,
+            seals_done: 0,
             stats: WalWriterStats {
                 durable_end: next_seq,
                 visible_end: next_seq,
@@ -437,11 +461,57 @@ impl GroupCommit {
         }
     }
 
+    /// Asks that the current segment be sealed: the next group starts a new segment, with the
+    /// records pending when it is polled, or none. Once the ticket is settled
+    /// ([`Self::seal_wait_state`]), every record durable when that group was polled, so every
+    /// record durable now, lies in a segment that is no longer the last: sealed for good.
+    ///
+    /// Returns `None`, and asks for nothing, when there is nothing to seal: a single-file log,
+    /// or a current segment that holds no record and has no group in flight. A second request
+    /// before the first is carried out shares its ticket.
+    ///
+    /// # Errors
+    /// [`WalWriteError::Poisoned`] if the writer has failed.
+    pub fn request_seal(&mut self) -> Result<Option<SealTicket>, WalWriteError> {
+        if let Some(cause) = &self.failure {
+            return Err(WalWriteError::Poisoned {
+                cause: cause.clone(),
+            });
+        }
+        if self.seal_in_flight && !self.seal_requested {
+            // Every record durable now was durable when that group was polled (it is the one
+            // group in flight), so it seals them: no second, empty segment after it.
+            return Ok(Some(SealTicket(self.seals_done + 1)));
+        }
+        let holds_records = self.write_offset > HEADER_BYTES as u64 || self.in_flight.is_some();
+        if self.segment_bytes.is_none() || !(holds_records || self.seal_requested) {
+            return Ok(None);
+        }
+        self.seal_requested = true;
+        // Settled by the next seal group to complete, which is polled after this call.
+        Ok(Some(SealTicket(
+            self.seals_done + 1 + u64::from(self.seal_in_flight),
+        )))
+    }
+
+    /// Where a caller waiting for `ticket` stands: [`WaitState::Durable`] once its seal group
+    /// has been written and synced per the policy (under a syncing policy, the new segment's
+    /// name too).
+    pub fn seal_wait_state(&self, ticket: SealTicket) -> WaitState {
+        if self.seals_done >= ticket.0 {
+            WaitState::Durable
+        } else if let Some(cause) = &self.failure {
+            WaitState::Failed(cause.clone())
+        } else {
+            WaitState::Pending
+        }
+    }
+
     /// Makes the caller leader if no one leads, the writer is healthy, and there is work.
     /// `departing` is how many callers of the last group are still on their way out (see
     /// [`Self::departing_waiters`]).
     pub fn claim_leadership(&mut self, departing: usize) -> Option<Leadership> {
-        if self.leader || self.failure.is_some() || self.pending.is_empty() {
+        if self.leader || self.failure.is_some() || !self.has_work() {
             return None;
         }
         self.leader = true;
@@ -454,15 +524,23 @@ impl GroupCommit {
         })
     }
 
-    /// The next group for the leader to write, or `None` if one is in flight or nothing is
-    /// pending.
+    fn has_work(&self) -> bool {
+        !self.pending.is_empty() || self.seal_requested
+    }
+
+    /// The next group for the leader to write, or `None` if one is in flight or there is no
+    /// work (nothing pending, no seal requested).
     #[must_use]
     pub fn poll_group(&mut self) -> Option<Group> {
         assert!(self.leader, "only the leader polls groups");
         if self.in_flight.is_some() || self.failure.is_some() {
             return None;
         }
-        let first = self.pending.front()?;
+        let seals = std::mem::take(&mut self.seal_requested);
+        self.seal_in_flight = seals;
+        let Some(first) = self.pending.front() else {
+            return seals.then(|| self.empty_seal_group());
+        };
         let start = LogSeq(first.end.0 - first.records);
         // Staging bounded every batch by group_bytes_max, which resolved_group_bytes_max keeps
         // within one segment's record space, so a batch that does not fit this segment fits an
@@ -470,7 +548,7 @@ impl GroupCommit {
         let (offset, room, starts_segment) = match self.segment_bytes {
             Some(segment_bytes) => {
                 let room = segment_bytes.saturating_sub(self.write_offset);
-                if first.encoded.len() as u64 <= room {
+                if !seals && first.encoded.len() as u64 <= room {
                     (self.write_offset, room, false)
                 } else {
                     let header = HEADER_BYTES as u64;
@@ -496,23 +574,6 @@ impl GroupCommit {
         self.pending_records -= records;
         let end = LogSeq(start.0 + records);
         self.in_flight = Some(end);
-        let zero_fill = match self.segment_bytes {
-            Some(segment_bytes) => {
-                let written = if starts_segment {
-                    HEADER_BYTES as u64
-                } else {
-                    self.zeroed_end
-                };
-                let group_end = offset + bytes as u64;
-                let frontier = written.max(group_end);
-                if frontier < group_end + ZERO_FILL_LOW_WATER_BYTES {
-                    frontier..segment_bytes.min(frontier + ZERO_FILL_CHUNK_BYTES)
-                } else {
-                    frontier..frontier
-                }
-            }
-            None => 0..0,
-        };
         Some(Group {
             offset,
             seqs: start..end,
@@ -521,8 +582,48 @@ impl GroupCommit {
             chunks,
             sync: self.sync,
             starts_segment,
-            zero_fill,
+            seals,
+            zero_fill: self.zero_fill_after(starts_segment, offset + bytes as u64),
         })
+    }
+
+    /// A seal with nothing pending: a group of no record that only starts the segment whose
+    /// first seq is the next one. Its zero fill allocates the blocks the next group lands in,
+    /// as any group's does.
+    fn empty_seal_group(&mut self) -> Group {
+        let header = HEADER_BYTES as u64;
+        let at = self.durable_end;
+        self.in_flight = Some(at);
+        Group {
+            offset: header,
+            seqs: at..at,
+            records: 0,
+            bytes: 0,
+            chunks: Vec::new(),
+            sync: self.sync,
+            starts_segment: true,
+            seals: true,
+            zero_fill: self.zero_fill_after(true, header),
+        }
+    }
+
+    /// The zeros to write after a group that ends at `group_end` (see
+    /// [`ZERO_FILL_CHUNK_BYTES`]).
+    fn zero_fill_after(&self, starts_segment: bool, group_end: u64) -> Range<u64> {
+        let Some(segment_bytes) = self.segment_bytes else {
+            return 0..0;
+        };
+        let written = if starts_segment {
+            HEADER_BYTES as u64
+        } else {
+            self.zeroed_end
+        };
+        let frontier = written.max(group_end);
+        if frontier < group_end + ZERO_FILL_LOW_WATER_BYTES {
+            frontier..segment_bytes.min(frontier + ZERO_FILL_CHUNK_BYTES)
+        } else {
+            frontier..frontier
+        }
     }
 
     /// Reports the outcome of writing and syncing `group`.
@@ -532,6 +633,7 @@ impl GroupCommit {
             Some(group.seqs.end),
             "completed group was not in flight"
         );
+        self.seal_in_flight = false;
         match result {
             Ok(()) => {
                 assert_eq!(
@@ -556,15 +658,21 @@ impl GroupCommit {
                         self.stats.dir_syncs += 1;
                     }
                 }
-                self.stats.groups += 1;
-                self.stats.records += group.records;
-                self.stats.bytes += group.bytes as u64;
+                if group.seals {
+                    self.seals_done += 1;
+                }
                 if group.sync.is_some() {
                     self.stats.syncs += 1;
                 }
-                let bucket =
-                    (group.records.max(1).ilog2() as usize).min(GROUP_HISTOGRAM_BUCKETS - 1);
-                self.stats.group_records_histogram[bucket] += 1;
+                // A seal of no record is a rotation, not a group: the group figures describe
+                // what commits share.
+                if group.records > 0 {
+                    self.stats.groups += 1;
+                    self.stats.records += group.records;
+                    self.stats.bytes += group.bytes as u64;
+                    let bucket = (group.records.ilog2() as usize).min(GROUP_HISTOGRAM_BUCKETS - 1);
+                    self.stats.group_records_histogram[bucket] += 1;
+                }
             }
             Err(cause) => {
                 self.failure = Some(cause);
@@ -575,7 +683,7 @@ impl GroupCommit {
     /// After `handle_group_done`: does the leader continue, hand off, or release?
     pub fn poll_leader_step(&mut self) -> LeaderStep {
         assert!(self.leader, "only the leader steps");
-        if self.failure.is_some() || self.pending.is_empty() {
+        if self.failure.is_some() || !self.has_work() {
             self.leader = false;
             return LeaderStep::Release;
         }
@@ -883,6 +991,136 @@ mod tests {
         let g = failed.poll_group().unwrap();
         failed.handle_group_done(&g, Err(VfsError::Io("dir sync failed".into())));
         assert_eq!((failed.stats().syncs, failed.stats().dir_syncs), (0, 0));
+    }
+
+    fn segmented(segment_bytes: u64) -> WalOptions {
+        WalOptions {
+            segment_bytes: Some(segment_bytes),
+            ..WalOptions::single_file(DurabilityPolicy::FullSync)
+        }
+    }
+
+    #[test]
+    fn a_seal_with_nothing_pending_starts_an_empty_segment_at_the_next_seq() {
+        let header = HEADER_BYTES as u64;
+        let mut c = GroupCommit::new(&segmented(64 << 10), LogSeq(5), header);
+        assert_eq!(
+            c.request_seal().unwrap(),
+            None,
+            "an empty segment: nothing to seal"
+        );
+        c.stage(&[(1, b"a"), (1, b"b")]).unwrap();
+        let _lead = c.claim_leadership(0).unwrap();
+        let g = c.poll_group().unwrap();
+        assert!(!g.seals && !g.starts_segment);
+        c.handle_group_done(&g, Ok(()));
+        assert_eq!(c.poll_leader_step(), LeaderStep::Release);
+
+        let ticket = c.request_seal().unwrap().expect("two records to seal");
+        assert_eq!(c.request_seal().unwrap(), Some(ticket), "one seal for both");
+        assert_eq!(c.seal_wait_state(ticket), WaitState::Pending);
+        let _lead = c.claim_leadership(0).expect("a seal is work");
+        let g = c.poll_group().unwrap();
+        assert!(g.seals && g.starts_segment);
+        assert_eq!(
+            (g.seqs.clone(), g.records, g.bytes),
+            (LogSeq(7)..LogSeq(7), 0, 0)
+        );
+        assert_eq!(g.offset, header);
+        assert!(g.chunks.is_empty());
+        assert_eq!(g.sync, Some(SyncKind::Full));
+        c.handle_group_done(&g, Ok(()));
+        assert_eq!(c.seal_wait_state(ticket), WaitState::Durable);
+        assert_eq!(c.poll_leader_step(), LeaderStep::Release);
+        let stats = c.stats();
+        assert_eq!(
+            (stats.groups, stats.records),
+            (1, 2),
+            "a seal is not a group"
+        );
+        assert_eq!(
+            (stats.segments_started, stats.syncs, stats.dir_syncs),
+            (1, 2, 1)
+        );
+        assert_eq!(
+            c.request_seal().unwrap(),
+            None,
+            "the new segment holds nothing"
+        );
+
+        // The next record lands in the new segment, right after its header.
+        c.stage(&[(1, b"c")]).unwrap();
+        let _lead = c.claim_leadership(0).unwrap();
+        let g = c.poll_group().unwrap();
+        assert_eq!((g.offset, g.starts_segment), (header, false));
+        assert_eq!(g.seqs, LogSeq(7)..LogSeq(8));
+    }
+
+    #[test]
+    fn a_seal_with_records_pending_rotates_them_into_the_new_segment() {
+        let mut c = GroupCommit::new(&segmented(64 << 10), LogSeq(0), 1000);
+        c.stage(&[(1, b"pending")]).unwrap();
+        let ticket = c
+            .request_seal()
+            .unwrap()
+            .expect("the segment holds records");
+        let _lead = c.claim_leadership(0).unwrap();
+        let g = c.poll_group().unwrap();
+        assert!(g.seals && g.starts_segment, "rotated though it had room");
+        assert_eq!(
+            (g.seqs.clone(), g.offset),
+            (LogSeq(0)..LogSeq(1), HEADER_BYTES as u64)
+        );
+        c.handle_group_done(&g, Ok(()));
+        assert_eq!(c.seal_wait_state(ticket), WaitState::Durable);
+        assert_eq!(c.stats().groups, 1);
+    }
+
+    #[test]
+    fn a_seal_requested_while_a_group_is_in_flight_waits_for_a_later_group() {
+        let mut c = GroupCommit::new(&segmented(64 << 10), LogSeq(0), HEADER_BYTES as u64);
+        c.stage(&[(1, b"a")]).unwrap();
+        let _lead = c.claim_leadership(0).unwrap();
+        let first = c.poll_group().unwrap();
+        // The segment is empty on disk, but a group is on its way into it.
+        let ticket = c.request_seal().unwrap().expect("records on their way");
+        c.handle_group_done(&first, Ok(()));
+        assert_eq!(c.seal_wait_state(ticket), WaitState::Pending);
+        assert_eq!(
+            c.poll_leader_step(),
+            LeaderStep::Continue,
+            "the seal keeps the leader"
+        );
+        let seal = c.poll_group().unwrap();
+        assert!(seal.seals);
+        // A request while the seal group is in flight is settled by it: no second segment.
+        let late = c
+            .request_seal()
+            .unwrap()
+            .expect("settled by the seal in flight");
+        c.handle_group_done(&seal, Ok(()));
+        assert_eq!(c.seal_wait_state(ticket), WaitState::Durable);
+        assert_eq!(c.seal_wait_state(late), WaitState::Durable);
+        assert_eq!(c.poll_leader_step(), LeaderStep::Release);
+    }
+
+    #[test]
+    fn a_failed_seal_poisons_and_a_single_file_log_has_nothing_to_seal() {
+        let mut c = GroupCommit::new(&segmented(64 << 10), LogSeq(0), 1000);
+        let ticket = c.request_seal().unwrap().unwrap();
+        let _lead = c.claim_leadership(0).unwrap();
+        let g = c.poll_group().unwrap();
+        c.handle_group_done(&g, Err(VfsError::Io("no space".into())));
+        assert!(matches!(c.seal_wait_state(ticket), WaitState::Failed(_)));
+        assert!(matches!(
+            c.request_seal(),
+            Err(WalWriteError::Poisoned { .. })
+        ));
+        assert_eq!(c.stats().segments_started, 0);
+
+        let mut single = core();
+        single.stage(&[(1, b"a")]).unwrap();
+        assert_eq!(single.request_seal().unwrap(), None);
     }
 
     #[test]

@@ -3,7 +3,7 @@
 
 use std::ops::Range;
 use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::thread::{self, Thread};
 
 use crate::header::{Family, FileHeader, HEADER_BYTES};
@@ -326,6 +326,10 @@ pub struct WalWriter {
     /// Where a multi-batch group is assembled for one write. Only the leader touches it, so it
     /// is never contended; the mutex only proves that to the compiler.
     group_scratch: Mutex<Vec<u8>>,
+    /// Callers of [`Self::seal_active_segment`] that another leader serves, asleep on `core`
+    /// until a seal group completes or a group fails. Rare (an archiver's seal every
+    /// `seal_age_max`), so one condvar for all of them.
+    sealed: Condvar,
     /// The writer lock ([`super::lock`]). Declared last, so that it is released only after the
     /// files above are closed.
     _lock: Box<dyn VfsLock>,
@@ -605,6 +609,7 @@ impl WalWriter {
             departing: AtomicUsize::new(0),
             gatherer: Mutex::new(None),
             group_scratch: Mutex::new(Vec::new()),
+            sealed: Condvar::new(),
             _lock: lock,
         }
     }
@@ -703,6 +708,45 @@ impl WalWriter {
         }
         let target = core.visible_end();
         self.wait_durable(core, target)
+    }
+
+    /// Seals the active segment: starts a new one, so that every record durable when this is
+    /// called lies in a sealed segment (every segment but the last), immutable from here on and
+    /// ready to be archived. Pending records go to the new segment, with the group that starts
+    /// it; with none pending, that group holds no record.
+    ///
+    /// Returns `false`, and writes nothing, when there is nothing to seal: a single-file log,
+    /// or an active segment that holds no record. If no one leads, this caller leads.
+    ///
+    /// Durability: under a syncing policy, on `Ok(true)` the new segment (header, size and
+    /// name: a file and a directory sync) is durable, so a crash after this returns recovers
+    /// the sealed segment as sealed. Under `Skip` nothing is synced. The cost: one segment
+    /// preallocated and a file and a directory sync per call.
+    ///
+    /// # Errors
+    /// [`WalWriteError::Poisoned`] if the writer had already failed; [`WalWriteError::Failed`]
+    /// if creating or syncing the new segment fails, which poisons the writer as a failed
+    /// group does.
+    pub fn seal_active_segment(&self) -> Result<bool, WalWriteError> {
+        let mut core = lock(&self.core);
+        let Some(ticket) = core.request_seal()? else {
+            return Ok(false);
+        };
+        loop {
+            match core.seal_wait_state(ticket) {
+                WaitState::Durable => return Ok(true),
+                WaitState::Failed(cause) => return Err(WalWriteError::Failed { cause }),
+                WaitState::Pending => {}
+            }
+            let departing = self.departing_count(&core);
+            core = match core.claim_leadership(departing) {
+                Some(leadership) => self.lead(core, leadership),
+                None => self
+                    .sealed
+                    .wait(core)
+                    .unwrap_or_else(PoisonError::into_inner),
+            };
+        }
     }
 
     /// Registers as a durable waiter for `target`, leads or sleeps until it is durable or the
@@ -886,7 +930,11 @@ impl WalWriter {
                 trace_group(&group, started.elapsed(), &result);
             }
             core = lock(&self.core);
+            let sealing_callers_settled = group.seals || result.is_err();
             core.handle_group_done(&group, result);
+            if sealing_callers_settled {
+                self.sealed.notify_all();
+            }
             let step = core.poll_leader_step();
             core = self.wake_settled(core, step);
             if step != LeaderStep::Continue {

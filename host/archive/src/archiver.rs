@@ -5,7 +5,10 @@
 //! ([`Archiver::archive_round`]):
 //! 1. re-puts, byte for byte, a manifest whose put failed last round (its reply may have been
 //!    lost after it landed: identical bytes then count as done);
-//! 2. lists the log's directory; every segment but the last is sealed and immutable;
+//! 2. lists the log's directory; every segment but the last is sealed and immutable. If the
+//!    last, the active segment, has held durable records for [`ArchiveOptions::seal_age_max`],
+//!    it asks the writer to seal it first ([`Wal::seal_active_segment`]), so that they ship
+//!    this round;
 //! 3. uploads each sealed segment past the archive's end, trimmed to its records, create-only
 //!    under a deterministic key, a few at a time;
 //! 4. publishes manifest `n + 1` naming them, create-only: the commit point. Only then does the
@@ -25,7 +28,19 @@
 //!   [`stele_host::archive_gate::ArchiveBacklog`].
 //!
 //! The RPO (what a machine loss can take) is the records of the active segment plus any
-//! sealed ones not yet uploaded: bounded by the segment size, and by the backlog bound.
+//! sealed ones not yet uploaded. In size, it is bounded by the segment size and the backlog
+//! bound; in time, by `seal_age_max`: a record durable at time t is in an object named by a
+//! manifest by about t + `seal_age_max` + the poll interval + one round's uploads, while the
+//! store is reachable. The age is counted from the first round that saw the active segment
+//! hold a durable record, so it is late by up to one poll interval, never early.
+//!
+//! What `seal_age_max` costs, per seal of a segment that is not full: a new segment created
+//! and preallocated (its unused tail stays allocated on the local disk until truncation; the
+//! upload is trimmed), a file and a directory sync on the writer's path (a commit in flight
+//! waits for them, as for any rotation), one segment put and one manifest put (two requests),
+//! and one more entry in every later manifest. A log that gets a record every few seconds
+//! with a 60 s bound makes one small segment a minute: 2,880 requests a day. A log that is
+//! idle makes none, because an active segment without records is never sealed.
 
 use std::collections::BTreeMap;
 use std::sync::mpsc;
@@ -64,6 +79,12 @@ pub const UPLOADS_IN_FLIGHT_DEFAULT: usize = 4;
 /// How a [`RunningArchiver`] waits between rounds, unless configured.
 pub const POLL_INTERVAL_DEFAULT: Duration = Duration::from_millis(100);
 
+/// How long the active segment may hold a durable record before it is sealed, unless
+/// configured: a minute of records at most on one disk, at a cost of at most one small
+/// segment, two requests and two syncs a minute (see the module doc). Chosen, not tuned:
+/// Litestream ships every second, pgBackRest's `archive_timeout` is often a minute.
+pub const SEAL_AGE_MAX_DEFAULT: Duration = Duration::from_secs(60);
+
 /// How an [`Archiver`] behaves.
 #[derive(Clone, Debug)]
 pub struct ArchiveOptions {
@@ -78,6 +99,9 @@ pub struct ArchiveOptions {
     pub uploads_in_flight: usize,
     /// A [`RunningArchiver`]'s wait between rounds.
     pub poll_interval: Duration,
+    /// Seal the active segment once it has held a durable record this long (see the module
+    /// doc for the cost); `None` ships a segment only when it fills.
+    pub seal_age_max: Option<Duration>,
 }
 
 impl Default for ArchiveOptions {
@@ -88,6 +112,7 @@ impl Default for ArchiveOptions {
             truncate_local: true,
             uploads_in_flight: UPLOADS_IN_FLIGHT_DEFAULT,
             poll_interval: POLL_INTERVAL_DEFAULT,
+            seal_age_max: Some(SEAL_AGE_MAX_DEFAULT),
         }
     }
 }
@@ -110,6 +135,8 @@ pub struct ArchiverStats {
     /// For each archived segment, milliseconds from when it was first seen sealed to when its
     /// manifest was published.
     pub seal_to_archived_ms: Vec<u64>,
+    /// Active segments sealed because of `seal_age_max`.
+    pub segments_sealed_by_age: u64,
 }
 
 /// What one round did.
@@ -161,6 +188,9 @@ pub struct Archiver {
     pending: Option<Manifest>,
     /// When each sealed segment (by first seq) was first seen sealed, for the lag figures.
     sealed_seen_ms: BTreeMap<u64, u64>,
+    /// The active segment (by first seq) and when a round first saw it hold a durable record:
+    /// what `seal_age_max` is counted from.
+    active_holding_since_ms: Option<(LogSeq, u64)>,
     stats: ArchiverStats,
     last_error: Option<String>,
     stopped: Option<String>,
@@ -279,6 +309,7 @@ impl Archiver {
             manifest: previous.unwrap_or_else(|| first_manifest.clone()),
             pending: None,
             sealed_seen_ms: BTreeMap::new(),
+            active_holding_since_ms: None,
             stats: ArchiverStats::default(),
             last_error: None,
             stopped: None,
@@ -351,6 +382,35 @@ impl Archiver {
         result
     }
 
+    /// Seals the active segment (the last of `live`) if it has held a durable record for
+    /// `seal_age_max`; says whether it did.
+    fn seal_if_aged(&mut self, live: &[LogSeq], now: u64) -> Result<bool, ArchiveError> {
+        let (Some(age_max), Some(&active)) = (self.options.seal_age_max, live.last()) else {
+            return Ok(false);
+        };
+        if self.wal.stats()?.durable_end <= active {
+            self.active_holding_since_ms = None;
+            return Ok(false);
+        }
+        let since = match self.active_holding_since_ms {
+            Some((first, since)) if first == active => since,
+            _ => {
+                self.active_holding_since_ms = Some((active, now));
+                now
+            }
+        };
+        if now.saturating_sub(since) < age_max.as_millis() as u64 {
+            return Ok(false);
+        }
+        let sealed = self.wal.seal_active_segment()?;
+        self.active_holding_since_ms = None;
+        if sealed {
+            self.stats.segments_sealed_by_age += 1;
+            tracing::debug!(first_seq = active.0, "active segment sealed by age");
+        }
+        Ok(sealed)
+    }
+
     fn stop(&mut self, reason: String) {
         tracing::warn!(%reason, "archiver stopped");
         self.gate.stop();
@@ -361,8 +421,12 @@ impl Archiver {
         if let Some(pending) = self.pending.take() {
             self.publish(pending).await?;
         }
-        let live = list_segments(&*self.vfs, &self.dir).map_err(ArchiveError::local(&self.dir))?;
+        let mut live =
+            list_segments(&*self.vfs, &self.dir).map_err(ArchiveError::local(&self.dir))?;
         let now = now_ms();
+        if self.seal_if_aged(&live, now)? {
+            live = list_segments(&*self.vfs, &self.dir).map_err(ArchiveError::local(&self.dir))?;
+        }
         let sealed = &live[..live.len().saturating_sub(1)];
         for first in sealed {
             self.sealed_seen_ms.entry(first.0).or_insert(now);

@@ -41,6 +41,7 @@ pub mod tail;
 
 pub use archiver::{
     ArchiveOptions, Archiver, ArchiverStats, ArchiverStatus, RoundReport, RunningArchiver,
+    SEAL_AGE_MAX_DEFAULT,
 };
 pub use error::ArchiveError;
 pub use location::ArchiveLocation;

@@ -171,6 +171,11 @@ enum WalCommand {
         /// archive's end moves. Commits are refused once 1 GiB is written but not archived.
         #[arg(long)]
         archive: Option<String>,
+        /// With --archive: seal the active segment once it has held a durable record this many
+        /// milliseconds, so that a quiet log's records leave this disk (0: only full segments
+        /// are archived).
+        #[arg(long, default_value_t = stele_archive::SEAL_AGE_MAX_DEFAULT.as_millis() as u64)]
+        seal_age_max_ms: u64,
     },
     /// Print every valid record of a WAL (a file or a segment directory), then how its valid
     /// prefix ended.
@@ -436,6 +441,7 @@ fn main() -> ExitCode {
             count,
             mode,
             archive,
+            seal_age_max_ms,
         }) => wal_soak(
             &path,
             (!single_file).then_some(segment_bytes),
@@ -443,7 +449,11 @@ fn main() -> ExitCode {
             payload_bytes,
             count,
             mode.into(),
-            archive.as_deref(),
+            archive.as_deref().map(|url| SoakArchive {
+                url,
+                seal_age_max: (seal_age_max_ms > 0)
+                    .then(|| std::time::Duration::from_millis(seal_age_max_ms)),
+            }),
         ),
     };
     match result {
@@ -720,6 +730,12 @@ fn wal_dump(path: &std::path::Path, mode: Mode) -> Result<()> {
     Ok(())
 }
 
+/// Where `stele wal soak --archive` archives, and its seal age.
+struct SoakArchive<'a> {
+    url: &'a str,
+    seal_age_max: Option<std::time::Duration>,
+}
+
 fn wal_soak(
     path: &std::path::Path,
     segment_bytes: Option<u64>,
@@ -727,7 +743,7 @@ fn wal_soak(
     payload_bytes: usize,
     count: Option<u64>,
     mode: Mode,
-    archive: Option<&str>,
+    archive: Option<SoakArchive<'_>>,
 ) -> Result<()> {
     use std::io::Write;
     use std::sync::atomic::{AtomicU64, Ordering};
@@ -749,7 +765,7 @@ fn wal_soak(
         Some(_) if segment_bytes.is_none() => {
             bail!("--archive needs a segmented log: a single file never seals a segment")
         }
-        Some(url) => {
+        Some(SoakArchive { url, seal_age_max }) => {
             let location = stele_archive::ArchiveLocation::open(url)?;
             let rt = tokio::runtime::Builder::new_current_thread()
                 .enable_all()
@@ -760,7 +776,10 @@ fn wal_soak(
                     fs,
                     &name,
                     wal.clone(),
-                    stele_archive::ArchiveOptions::default(),
+                    stele_archive::ArchiveOptions {
+                        seal_age_max,
+                        ..stele_archive::ArchiveOptions::default()
+                    },
                 ))
                 .with_context(|| format!("attaching the archive {url}"))?;
             eprintln!(

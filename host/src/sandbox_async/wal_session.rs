@@ -50,6 +50,9 @@ pub(crate) enum Request {
     Flush {
         reply: WalReply<()>,
     },
+    SealActiveSegment {
+        reply: WalReply<bool>,
+    },
     CommitMany {
         records: Vec<wit::CommitRecord>,
         reply: WalReply<Range<LogSeq>>,
@@ -187,7 +190,9 @@ impl Served for WalSession {
     fn awaits_sync(request: &Request) -> bool {
         matches!(
             request,
-            Request::CommitManyDurable { .. } | Request::Flush { .. }
+            Request::CommitManyDurable { .. }
+                | Request::Flush { .. }
+                | Request::SealActiveSegment { .. }
         )
     }
 
@@ -297,6 +302,10 @@ fn start<'a>(
         Request::Flush { reply } => Box::pin(async move {
             let r = writer_api.call_flush(acc, writer).await;
             answer_with(reply, answer(r, |()| ()))
+        }),
+        Request::SealActiveSegment { reply } => Box::pin(async move {
+            let r = writer_api.call_seal_active_segment(acc, writer).await;
+            answer_with(reply, answer(r, |sealed| sealed))
         }),
         Request::CommitMany { records, reply } => Box::pin(async move {
             let r = writer_api.call_commit_many(acc, writer, records).await;
