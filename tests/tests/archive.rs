@@ -98,6 +98,18 @@ fn attach(
     ))
 }
 
+/// A new log on a `MemVfs`, native, with an archiver attached to `location`.
+fn archived_log(
+    rt: &tokio::runtime::Runtime,
+    location: &ArchiveLocation,
+    options: ArchiveOptions,
+) -> (Arc<dyn Vfs>, Wal, Archiver) {
+    let vfs = mem_vfs();
+    let (wal, _) = Wal::open(vfs.clone(), DIR, self::options(), Mode::Native).unwrap();
+    let archiver = attach(rt, location, &vfs, &wal, options).unwrap();
+    (vfs, wal, archiver)
+}
+
 fn restore_all(
     rt: &tokio::runtime::Runtime,
     location: &ArchiveLocation,
@@ -202,9 +214,7 @@ fn a_restore_after_whole_disk_loss_is_byte_exact_and_resumes() {
 fn a_restore_that_returned_ok_survives_power_loss() {
     let rt = runtime();
     let (_, location) = memory_store();
-    let vfs = mem_vfs();
-    let (wal, _) = Wal::open(vfs.clone(), DIR, options(), Mode::Native).unwrap();
-    let mut archiver = attach(&rt, &location, &vfs, &wal, no_truncation()).unwrap();
+    let (vfs, wal, mut archiver) = archived_log(&rt, &location, no_truncation());
     commit(&wal, 0..150);
     wal.checkpoint(LogSeq(40)).unwrap();
     rt.block_on(archiver.archive_round()).unwrap();
@@ -233,9 +243,7 @@ fn a_restore_that_returned_ok_survives_power_loss() {
 fn a_restore_to_a_seq_returns_exactly_that_prefix() {
     let rt = runtime();
     let (_, location) = memory_store();
-    let vfs = mem_vfs();
-    let (wal, _) = Wal::open(vfs.clone(), DIR, options(), Mode::Native).unwrap();
-    let mut archiver = attach(&rt, &location, &vfs, &wal, no_truncation()).unwrap();
+    let (vfs, wal, mut archiver) = archived_log(&rt, &location, no_truncation());
     commit(&wal, 0..250);
     rt.block_on(archiver.archive_round()).unwrap();
     let s = sealed_end(&vfs);
@@ -275,9 +283,7 @@ fn a_restore_to_a_seq_returns_exactly_that_prefix() {
 fn a_flipped_bit_is_refused_by_key_and_offset() {
     let rt = runtime();
     let (faults, location) = memory_store();
-    let vfs = mem_vfs();
-    let (wal, _) = Wal::open(vfs.clone(), DIR, options(), Mode::Native).unwrap();
-    let mut archiver = attach(&rt, &location, &vfs, &wal, no_truncation()).unwrap();
+    let (vfs, wal, mut archiver) = archived_log(&rt, &location, no_truncation());
     commit(&wal, 0..120);
     rt.block_on(archiver.archive_round()).unwrap();
     let entry = archiver.manifest().segments[1].clone();
@@ -421,9 +427,7 @@ fn racing_attaches_on_an_atomic_store_let_exactly_one_writer_win() {
 fn a_failed_put_is_retried_and_a_lost_reply_counts_as_done() {
     let rt = runtime();
     let (faults, location) = memory_store();
-    let vfs = mem_vfs();
-    let (wal, _) = Wal::open(vfs.clone(), DIR, options(), Mode::Native).unwrap();
-    let mut archiver = attach(&rt, &location, &vfs, &wal, no_truncation()).unwrap();
+    let (vfs, wal, mut archiver) = archived_log(&rt, &location, no_truncation());
 
     commit(&wal, 0..60);
     faults.inject(Fault::FailPut("/wal/".into()));
@@ -460,9 +464,7 @@ fn a_failed_put_is_retried_and_a_lost_reply_counts_as_done() {
 fn a_kill_between_the_segment_put_and_the_manifest_put_loses_nothing() {
     let rt = runtime();
     let (faults, location) = memory_store();
-    let vfs = mem_vfs();
-    let (wal, _) = Wal::open(vfs.clone(), DIR, options(), Mode::Native).unwrap();
-    let mut archiver = attach(&rt, &location, &vfs, &wal, no_truncation()).unwrap();
+    let (vfs, wal, mut archiver) = archived_log(&rt, &location, no_truncation());
     commit(&wal, 0..100);
     faults.inject(Fault::FailPut("/manifest/".into()));
     rt.block_on(archiver.archive_round()).unwrap_err();
@@ -688,9 +690,7 @@ fn the_store_down_refuses_commits_at_the_backlog_bound_and_loses_nothing() {
 fn a_different_log_on_the_same_prefix_is_refused() {
     let rt = runtime();
     let (_, location) = memory_store();
-    let vfs = mem_vfs();
-    let (wal, _) = Wal::open(vfs.clone(), DIR, options(), Mode::Native).unwrap();
-    let mut archiver = attach(&rt, &location, &vfs, &wal, no_truncation()).unwrap();
+    let (_vfs, wal, mut archiver) = archived_log(&rt, &location, no_truncation());
     commit(&wal, 0..100);
     rt.block_on(archiver.archive_round()).unwrap();
 
@@ -715,9 +715,7 @@ fn a_different_log_on_the_same_prefix_is_refused() {
 fn a_remote_tail_follows_new_manifests() {
     let rt = runtime();
     let (_, location) = memory_store();
-    let vfs = mem_vfs();
-    let (wal, _) = Wal::open(vfs.clone(), DIR, options(), Mode::Native).unwrap();
-    let mut archiver = attach(&rt, &location, &vfs, &wal, no_truncation()).unwrap();
+    let (vfs, wal, mut archiver) = archived_log(&rt, &location, no_truncation());
     let mut tail = ArchiveTail::new(location.clone(), Some(LogSeq(5)));
     assert!(rt.block_on(tail.poll()).unwrap().is_empty());
 
@@ -768,9 +766,7 @@ fn archiving_runs_beside_a_sandboxed_writer_on_its_own_thread() {
 fn file_generations_are_archived_whole_and_only_when_changed() {
     let rt = runtime();
     let (_, location) = memory_store();
-    let vfs = mem_vfs();
-    let (wal, _) = Wal::open(vfs.clone(), DIR, options(), Mode::Native).unwrap();
-    let mut archiver = attach(&rt, &location, &vfs, &wal, no_truncation()).unwrap();
+    let (vfs, _wal, mut archiver) = archived_log(&rt, &location, no_truncation());
     let write = |bytes: &[u8]| {
         let file = vfs.open("journal", OpenMode::Truncate).unwrap();
         file.write_at(0, bytes).unwrap();
@@ -800,9 +796,7 @@ fn each_journal_compaction_ships_a_new_generation() {
         .build()
         .unwrap();
     let (_, location) = memory_store();
-    let vfs = mem_vfs();
-    let (wal, _) = Wal::open(vfs.clone(), DIR, options(), Mode::Native).unwrap();
-    let mut archiver = attach(&rt, &location, &vfs, &wal, no_truncation()).unwrap();
+    let (vfs, _wal, mut archiver) = archived_log(&rt, &location, no_truncation());
     let mut journal = rt
         .block_on(stele_host::Journal::open(
             vfs.clone(),
@@ -848,9 +842,7 @@ fn each_journal_compaction_ships_a_new_generation() {
 fn crash_then_restore(seed: u64, records_total: u64, rounds: Vec<(u8, u64)>, to: f64) {
     let rt = runtime();
     let (faults, location) = memory_store();
-    let vfs = mem_vfs();
-    let (wal, _) = Wal::open(vfs.clone(), DIR, options(), Mode::Native).unwrap();
-    let mut archiver = attach(&rt, &location, &vfs, &wal, ArchiveOptions::default()).unwrap();
+    let (vfs, wal, mut archiver) = archived_log(&rt, &location, ArchiveOptions::default());
     let mut committed = 0;
     for (fault, commits) in rounds {
         let next = (committed + commits).min(records_total);

@@ -202,12 +202,15 @@ pub struct Archiver {
 #[derive(Debug, Default)]
 struct FilesDue(Mutex<std::collections::BTreeSet<String>>);
 
+impl FilesDue {
+    fn queue(&self) -> std::sync::MutexGuard<'_, std::collections::BTreeSet<String>> {
+        self.0.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
 impl CompactionListener for FilesDue {
     fn compacted(&self, path: &str) {
-        self.0
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .insert(path.to_owned());
+        self.queue().insert(path.to_owned());
     }
 }
 
@@ -541,22 +544,13 @@ impl Archiver {
             self.stats.segments_truncated += truncation.segments_removed;
             report.truncation = Some(truncation);
         }
-        let due = std::mem::take(
-            &mut *self
-                .files_due
-                .0
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner),
-        );
-        for (i, name) in due.iter().enumerate() {
-            if let Err(error) = self.archive_file_inner(name).await {
-                // Still due: the next round tries again.
-                let mut queue = self
-                    .files_due
-                    .0
-                    .lock()
-                    .unwrap_or_else(PoisonError::into_inner);
-                queue.extend(due.iter().skip(i).cloned());
+        let mut due = std::mem::take(&mut *self.files_due.queue()).into_iter();
+        while let Some(name) = due.next() {
+            if let Err(error) = self.archive_file_inner(&name).await {
+                // Still due, with those after it: the next round tries again.
+                self.files_due
+                    .queue()
+                    .extend(std::iter::once(name).chain(due));
                 return Err(error);
             }
         }

@@ -1,14 +1,14 @@
 //! `stele archive`: an archive in object storage (`stele-archive`), read from anywhere: its
 //! status, a full check, a restore to a local directory, a remote tail.
 
-use std::io::{IsTerminal, Write};
+use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 use clap::Subcommand;
-use indicatif::{ProgressBar, ProgressStyle};
+use indicatif::ProgressBar;
 use stele::wal::{LogSeq, VisibleRecord};
 use stele_archive::restore::Progress;
 use stele_archive::{ArchiveLocation, ArchiveTail, RestoreOptions};
@@ -94,20 +94,7 @@ fn open(url: &str) -> Result<ArchiveLocation> {
 
 /// A bar fed by a restore's or verify's progress reports; hidden unless stdout is a terminal.
 fn progress_bar(what: &str) -> (ProgressBar, Progress) {
-    let bar = if std::io::stdout().is_terminal() {
-        let bar = ProgressBar::new(0);
-        let template = format!(
-            "{{spinner}} {what} [{{bar:40}}] {{bytes}}/{{total_bytes}} ({{bytes_per_sec}}, {{eta}})"
-        );
-        bar.set_style(
-            ProgressStyle::with_template(&template)
-                .expect("a valid template")
-                .progress_chars("=> "),
-        );
-        bar
-    } else {
-        ProgressBar::hidden()
-    };
+    let bar = crate::progress::terminal_bar(0, what);
     let fed = bar.clone();
     let progress: Progress = Arc::new(move |done, total| {
         fed.set_length(total);

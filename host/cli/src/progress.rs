@@ -17,7 +17,16 @@ pub const PROGRESS_BAR_MIN_BYTES: u64 = 64 << 20;
 /// A bar for an operation that moves about `total` bytes, labelled `what`; hidden when stdout
 /// is not a terminal (output piped or captured) or the operation is small.
 pub fn bar(total: u64, what: &str) -> ProgressBar {
-    if total < PROGRESS_BAR_MIN_BYTES || !std::io::stdout().is_terminal() {
+    if total < PROGRESS_BAR_MIN_BYTES {
+        return ProgressBar::hidden();
+    }
+    terminal_bar(total, what)
+}
+
+/// A bar of `total` bytes (0: set later, as the work learns its size), labelled `what`;
+/// hidden when stdout is not a terminal.
+pub fn terminal_bar(total: u64, what: &str) -> ProgressBar {
+    if !std::io::stdout().is_terminal() {
         return ProgressBar::hidden();
     }
     let bar = ProgressBar::new(total);
