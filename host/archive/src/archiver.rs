@@ -45,7 +45,7 @@
 use std::collections::BTreeMap;
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex, PoisonError};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
 use futures::StreamExt;
@@ -137,6 +137,11 @@ pub struct ArchiverStats {
     pub seal_to_archived_ms: Vec<u64>,
     /// Active segments sealed because of `seal_age_max`.
     pub segments_sealed_by_age: u64,
+    /// Time spent shipping segments: in each round that archived one, from its first segment
+    /// read to its manifest's publication. `bytes_archived` over it is the rate the archiver
+    /// sustains while it has work, whatever the poll interval and however much the writer
+    /// gives it.
+    pub upload_busy: Duration,
 }
 
 /// What one round did.
@@ -451,6 +456,7 @@ impl Archiver {
             });
         }
 
+        let upload_started = Instant::now();
         let (vfs, dir, location) = (self.vfs.clone(), self.dir.clone(), self.location.clone());
         let (vfs, dir, location) = (&vfs, &dir, &location);
         let mut uploads = Box::pin(
@@ -529,6 +535,9 @@ impl Archiver {
             next.next_seq = expected.0;
             next.archived_through = archived_through(next.first_seq, next.next_seq);
             self.publish(next).await?;
+            if !landed.is_empty() {
+                self.stats.upload_busy += upload_started.elapsed();
+            }
             report.segments_archived = landed.len() as u64;
             report.bytes_archived = landed.iter().map(|(i, _)| i.bytes.len() as u64).sum();
             report.manifest = Some(self.manifest.manifest);

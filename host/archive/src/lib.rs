@@ -23,7 +23,9 @@
 //!   ([`stele_host::archive_gate`]).
 //!
 //! Stores: a local directory (`file://`) and memory (`memory://`) always; S3 and S3-compatible
-//! servers, GCS and Azure with the `aws`, `gcp` and `azure` features.
+//! servers, GCS and Azure with the `aws`, `gcp` and `azure` features (TLS by rustls with
+//! ring). Feature `s3-loopback` adds [`loopback_s3`], a real S3 server in this process for
+//! tests and benchmarks.
 
 #![warn(missing_docs)]
 
@@ -34,6 +36,8 @@ pub mod fault_store;
 pub mod image;
 pub mod layout;
 mod location;
+#[cfg(feature = "s3-loopback")]
+pub mod loopback_s3;
 pub mod manifest;
 pub mod objects;
 pub mod restore;

@@ -118,6 +118,17 @@ impl std::fmt::Display for ArchiveLocation {
     }
 }
 
+/// Makes `ring` rustls's process-wide crypto provider, unless the process installed one
+/// already (an embedder's choice stands). The cloud clients are built without a bundled
+/// provider (see the `cloud` feature), and rustls refuses to build a TLS client without one.
+#[cfg(feature = "cloud")]
+pub(crate) fn install_crypto_provider() {
+    if rustls::crypto::CryptoProvider::get_default().is_none() {
+        // Another thread may install one between the check and here; either stands.
+        let _ = rustls::crypto::ring::default_provider().install_default();
+    }
+}
+
 /// The cloud stores, each behind its feature so that a build without it pulls in no HTTP
 /// client.
 mod cloud {
@@ -133,6 +144,7 @@ mod cloud {
 
     #[cfg(feature = "aws")]
     pub(super) fn s3(url: &url::Url) -> Result<Arc<dyn ObjectStore>, String> {
+        super::install_crypto_provider();
         let store = object_store::aws::AmazonS3Builder::from_env()
             .with_bucket_name(host(url)?)
             .build()
@@ -148,6 +160,7 @@ mod cloud {
 
     #[cfg(feature = "gcp")]
     pub(super) fn gcs(url: &url::Url) -> Result<Arc<dyn ObjectStore>, String> {
+        super::install_crypto_provider();
         let store = object_store::gcp::GoogleCloudStorageBuilder::from_env()
             .with_bucket_name(host(url)?)
             .build()
@@ -163,6 +176,7 @@ mod cloud {
 
     #[cfg(feature = "azure")]
     pub(super) fn azure(url: &url::Url) -> Result<Arc<dyn ObjectStore>, String> {
+        super::install_crypto_provider();
         let store = object_store::azure::MicrosoftAzureBuilder::from_env()
             .with_container_name(host(url)?)
             .build()

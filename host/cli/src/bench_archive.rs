@@ -1,9 +1,11 @@
 //! `stele bench --workloads archive`: the archiver beside a durable writer, in one run with the
 //! writer alone and the disk's limit (raw write + fdatasync, [`crate::bench`]'s limit row).
 //!
-//! Stores measured: a local directory (`file://`, on the bench's own disk) and `object_store`'s
-//! `InMemory` (no store cost: what the archiver itself costs). Each figure is the median of
-//! [`ROUNDS`] rounds.
+//! Stores measured: a local directory (`file://`, on the bench's own disk), `object_store`'s
+//! `InMemory` (no store cost: what the archiver itself costs) and, with the `s3-loopback`
+//! feature (on by default), a real S3 server on loopback (`stele_archive::loopback_s3`: s3s-fs
+//! in this process, its objects on the bench's disk, every request signed and sent over TCP
+//! through object_store's S3 client). Each figure is the median of [`ROUNDS`] rounds.
 
 use std::io::Write;
 use std::path::Path;
@@ -20,6 +22,12 @@ use stele_host::fs::RealFs;
 use stele_host::{Mode, Wal};
 
 use crate::bench::{BenchArgs, percentile, progress};
+
+/// The stores measured, in the table's order.
+#[cfg(feature = "s3-loopback")]
+const STORES: [&str; 3] = ["file", "memory", "s3"];
+#[cfg(not(feature = "s3-loopback"))]
+const STORES: [&str; 2] = ["file", "memory"];
 
 /// Rounds per store; the table gives medians.
 const ROUNDS: usize = 3;
@@ -42,8 +50,12 @@ struct Round {
     alone_us: Vec<f64>,
     /// The same with the archiver running.
     archived_us: Vec<f64>,
-    /// Archive bytes over the time from the first commit to the archive's catching up.
+    /// Archive bytes over the archiver's busy time (`ArchiverStats::upload_busy`): the rate it
+    /// sustains while it has work.
     upload_mb_s: f64,
+    /// Milliseconds from the last commit's return until the archive held every sealed
+    /// segment.
+    catch_up_ms: f64,
     /// Durable MB/s of records with the archiver running.
     wal_archived_mb_s: f64,
     lag_ms: Vec<f64>,
@@ -90,6 +102,31 @@ fn options() -> WalOptions {
     }
 }
 
+/// The loopback S3 server a round of the `s3` store runs.
+#[cfg(feature = "s3-loopback")]
+type Server = stele_archive::loopback_s3::LoopbackS3;
+#[cfg(not(feature = "s3-loopback"))]
+type Server = std::convert::Infallible;
+
+/// `store`'s archive location, its objects (if it keeps them on disk) under `store_dir`.
+fn open_store(store: &str, store_dir: &Path) -> Result<(ArchiveLocation, Option<Server>)> {
+    Ok(match store {
+        "file" => (
+            ArchiveLocation::open(&format!("file://{}", store_dir.display()))?,
+            None,
+        ),
+        #[cfg(feature = "s3-loopback")]
+        "s3" => {
+            let server = Server::start(store_dir)?;
+            (server.location("stele-bench", "bench")?, Some(server))
+        }
+        _ => (
+            ArchiveLocation::new(Arc::new(InMemory::new()), "bench", "memory://"),
+            None,
+        ),
+    })
+}
+
 fn round(dir: &Path, store: &str, per_writer: usize, payload: usize) -> Result<Round> {
     let record_bytes = (WRITERS * per_writer * encoded_len(payload)) as f64;
     let fs: Arc<dyn Vfs> = Arc::new(RealFs::open_root(dir)?);
@@ -107,10 +144,8 @@ fn round(dir: &Path, store: &str, per_writer: usize, payload: usize) -> Result<R
     let (alone_us, alone_s) = commit_load(&alone, per_writer, payload)?;
     drop(alone);
 
-    let location = match store {
-        "file" => ArchiveLocation::open(&format!("file://{}", store_dir.display()))?,
-        _ => ArchiveLocation::new(Arc::new(InMemory::new()), "bench", "memory://"),
-    };
+    // The server, if the store has one, serves to the end of the round.
+    let (location, _server) = open_store(store, &store_dir)?;
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
@@ -141,10 +176,11 @@ fn round(dir: &Path, store: &str, per_writer: usize, payload: usize) -> Result<R
         "the archiver did not catch up: {:?}",
         running.status()
     );
-    let caught_up_s = started.elapsed().as_secs_f64();
+    let catch_up_ms = (started.elapsed().as_secs_f64() - archived_s) * 1e3;
     let archiver = running.stop();
     let status = archiver.status();
     let bytes = status.stats.bytes_archived as f64;
+    let busy_s = status.stats.upload_busy.as_secs_f64();
     let requests = (location.requests() - requests_before) as f64;
     drop(archiver);
     drop(wal);
@@ -169,7 +205,8 @@ fn round(dir: &Path, store: &str, per_writer: usize, payload: usize) -> Result<R
         wal_alone_mb_s: record_bytes / alone_s / 1e6,
         alone_us,
         archived_us,
-        upload_mb_s: bytes / caught_up_s / 1e6,
+        upload_mb_s: bytes / busy_s / 1e6,
+        catch_up_ms,
         wal_archived_mb_s: record_bytes / archived_s / 1e6,
         lag_ms: status
             .stats
@@ -203,20 +240,26 @@ pub fn archive_table(
             "Archive: {WRITERS} durable writers × {per_writer} records of {payload} B, \
              FullSync, {} KiB segments, archiver polling every {} ms; medians of {ROUNDS} rounds. \
              The disk's limit (one writer, raw write + fdatasync): {limit_mb_s:.1} MB/s. \
-             upload = archived bytes over the time from the first commit until the archive \
-             holds every sealed segment; keeps up = upload × the writer's durable MB/s in the \
-             same round. p99 with = commit p99 with the archiver running, × the writer alone.\n",
+             upload = archived bytes over the archiver's busy time (from each round's first \
+             segment read to its manifest's publication), the rate it sustains while it has \
+             work; keeps up = upload × the writer's durable MB/s in the same round (≥ 1: its \
+             backlog does not grow); catch-up = from the last commit's return until the \
+             archive holds every sealed segment; lag = a segment's seal to the manifest that \
+             names it. p99 with = commit p99 with the archiver running, × the writer alone. \
+             Stores: file = a local directory on this disk; memory = object_store's InMemory; \
+             s3 = a real S3 server on loopback (s3s-fs in this process, its objects on this \
+             disk, each request signed and sent over TCP).\n",
             SEGMENT_BYTES >> 10,
             POLL.as_millis()
         );
         std::println!(
             "| store | writer alone MB/s | writer + archiver MB/s | upload MB/s | keeps up × | \
-             lag p50 ms | lag p99 ms | restore MB/s | commit p99 alone µs | p99 with µs | \
+             catch-up ms | lag p50 ms | lag p99 ms | restore MB/s | commit p99 alone µs | p99 with µs | \
              p99 × | requests/GiB |"
         );
-        std::println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+        std::println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
     });
-    for store in ["file", "memory"] {
+    for store in STORES {
         let mut rounds = Vec::new();
         for _ in 0..ROUNDS {
             rounds.push(
@@ -228,27 +271,20 @@ pub fn archive_table(
         let alone_p99 = m(&|r| percentile(&r.alone_us, 0.99));
         let with_p99 = m(&|r| percentile(&r.archived_us, 0.99));
         let keeps_up = m(&|r| r.upload_mb_s / r.wal_archived_mb_s);
-        let row = (
-            m(&|r| r.wal_alone_mb_s),
-            m(&|r| r.wal_archived_mb_s),
-            m(&|r| r.upload_mb_s),
-            m(&|r| percentile(&r.lag_ms, 0.5)),
-            m(&|r| percentile(&r.lag_ms, 0.99)),
-            m(&|r| r.restore_mb_s),
-            m(&|r| r.requests_per_gib),
-        );
+        let wal_alone = m(&|r| r.wal_alone_mb_s);
+        let wal_archived = m(&|r| r.wal_archived_mb_s);
+        let upload = m(&|r| r.upload_mb_s);
+        let catch_up = m(&|r| r.catch_up_ms);
+        let lag_p50 = m(&|r| percentile(&r.lag_ms, 0.5));
+        let lag_p99 = m(&|r| percentile(&r.lag_ms, 0.99));
+        let restore = m(&|r| r.restore_mb_s);
+        let requests = m(&|r| r.requests_per_gib);
         progress().suspend(|| {
             std::println!(
-                "| {store} | {:.1} | {:.1} | {:.1} | {keeps_up:.2} | {:.0} | {:.0} | {:.0} | \
-                 {alone_p99:.0} | {with_p99:.0} | {:.2} | {:.0} |",
-                row.0,
-                row.1,
-                row.2,
-                row.3,
-                row.4,
-                row.5,
+                "| {store} | {wal_alone:.1} | {wal_archived:.1} | {upload:.1} | {keeps_up:.2} | \
+                 {catch_up:.0} | {lag_p50:.0} | {lag_p99:.0} | {restore:.0} | {alone_p99:.0} | \
+                 {with_p99:.0} | {:.2} | {requests:.0} |",
                 with_p99 / alone_p99,
-                row.6
             );
         });
         if let Some(out) = json.as_mut() {
@@ -257,11 +293,12 @@ pub fn archive_table(
                 "{}",
                 serde_json::json!({
                     "workload": "archive", "store": store, "writers": WRITERS,
-                    "payload_bytes": payload, "wal_alone_mb_per_s": row.0,
-                    "wal_with_archiver_mb_per_s": row.1, "upload_mb_per_s": row.2,
-                    "keeps_up_ratio": keeps_up, "lag_p50_ms": row.3, "lag_p99_ms": row.4,
-                    "restore_mb_per_s": row.5, "commit_p99_alone_us": alone_p99,
-                    "commit_p99_with_archiver_us": with_p99, "requests_per_gib": row.6,
+                    "payload_bytes": payload, "wal_alone_mb_per_s": wal_alone,
+                    "wal_with_archiver_mb_per_s": wal_archived, "upload_mb_per_s": upload,
+                    "keeps_up_ratio": keeps_up, "catch_up_ms": catch_up,
+                    "lag_p50_ms": lag_p50, "lag_p99_ms": lag_p99,
+                    "restore_mb_per_s": restore, "commit_p99_alone_us": alone_p99,
+                    "commit_p99_with_archiver_us": with_p99, "requests_per_gib": requests,
                     "limit_mb_per_s": limit_mb_s,
                 })
             )?;

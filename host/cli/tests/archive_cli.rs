@@ -1,6 +1,7 @@
 //! `stele wal soak --archive`, then `stele archive status | verify | restore | tail` on the
 //! archive it leaves, from other processes: what they report is checked against what soak
-//! acknowledged and what `stele wal dump` reads back.
+//! acknowledged and what `stele wal dump` reads back. Once on a local directory (`file://`),
+//! once on a real S3 server on loopback (`s3://`, opened from the `AWS_*` environment).
 
 mod common;
 
@@ -16,12 +17,57 @@ fn archived_end(stdout: &str) -> u64 {
 }
 
 #[test]
-fn soak_archives_and_the_archive_restores_verifies_and_tails_elsewhere() {
+fn soak_archives_and_the_archive_restores_verifies_and_tails_elsewhere_on_a_local_dir() {
     let dir = tempfile::tempdir().unwrap();
     let store = dir.path().join("store");
     let url = format!("file://{}", store.display());
-    let soak = common::stele_run(
-        Some(dir.path()),
+    soak_then_elsewhere(dir.path(), &url, &store, &[]);
+}
+
+#[cfg(feature = "s3-loopback")]
+#[test]
+fn soak_archives_and_the_archive_restores_verifies_and_tails_elsewhere_on_s3() {
+    let dir = tempfile::tempdir().unwrap();
+    let server_root = dir.path().join("s3");
+    let server = stele_archive::loopback_s3::LoopbackS3::start(&server_root).unwrap();
+    server.create_bucket("archives").unwrap();
+    let env = server.environment();
+    // Without the endpoint and keys, the same URL goes to AWS itself: the environment is used.
+    soak_then_elsewhere(
+        dir.path(),
+        "s3://archives/tenant-a/log",
+        &server_root.join("archives/tenant-a/log"),
+        &env,
+    );
+    // Keys the server does not know are refused: requests are signed and checked.
+    let wrong: Vec<_> = env
+        .iter()
+        .map(|(k, v)| match *k {
+            "AWS_SECRET_ACCESS_KEY" => (*k, "not-the-secret".to_owned()),
+            _ => (*k, v.clone()),
+        })
+        .collect();
+    let refused = common::stele_run_with(
+        None,
+        &["archive", "status", "s3://archives/tenant-a/log"],
+        &wrong,
+    );
+    assert_eq!(refused.code, Some(1), "{}", refused.stdout);
+    assert_eq!(refused.stderr.lines().count(), 1, "{}", refused.stderr);
+}
+
+/// Soaks a log in `dir` with an archive at `url`, whose objects are files under `objects`;
+/// then reads the archive from processes that have only `url` and `env`.
+fn soak_then_elsewhere(
+    dir: &std::path::Path,
+    url: &str,
+    objects: &std::path::Path,
+    env: &[(&str, String)],
+) {
+    let url = url.to_owned();
+    let run = |dir: Option<&std::path::Path>, args: &[&str]| common::stele_run_with(dir, args, env);
+    let soak = run(
+        Some(dir),
         &[
             "wal",
             "soak",
@@ -46,19 +92,19 @@ fn soak_archives_and_the_archive_restores_verifies_and_tails_elsewhere() {
     let archived = archived_end(&soak.stdout);
     assert!(archived > 200 && archived <= 400, "{archived}");
 
-    let status = common::stele_run(None, &["archive", "status", "--json", &url]);
+    let status = run(None, &["archive", "status", "--json", &url]);
     assert_eq!(status.code, Some(0), "{}", status.stderr);
     let status = &common::json_lines(&status.stdout)[0];
     assert_eq!(status["next_seq"], archived);
     assert_eq!(status["epoch"], 1);
 
-    let verify = common::stele_run(None, &["archive", "verify", "--json", &url]);
+    let verify = run(None, &["archive", "verify", "--json", &url]);
     assert_eq!(verify.code, Some(0), "{}", verify.stdout);
     let verify = &common::json_lines(&verify.stdout)[0];
     assert_eq!(verify["report"]["records"], archived);
 
-    let restored = dir.path().join("elsewhere").join("restored");
-    let restore = common::stele_run(
+    let restored = dir.join("elsewhere").join("restored");
+    let restore = run(
         None,
         &[
             "archive",
@@ -75,7 +121,7 @@ fn soak_archives_and_the_archive_restores_verifies_and_tails_elsewhere() {
         common::json_lines(&restore.stdout)[0]["report"]["next_seq"],
         100
     );
-    let dump = common::stele_run(None, &["wal", "dump", "--json", restored.to_str().unwrap()]);
+    let dump = run(None, &["wal", "dump", "--json", restored.to_str().unwrap()]);
     assert_eq!(dump.code, Some(0), "{}", dump.stderr);
     let rows = common::json_lines(&dump.stdout);
     assert_eq!(rows.len(), 100 + 1, "100 records, then how the log ended");
@@ -83,18 +129,18 @@ fn soak_archives_and_the_archive_restores_verifies_and_tails_elsewhere() {
         assert_eq!(row["seq"], seq as u64);
     }
     // The records are the ones the soak wrote: compare with the soak's own log.
-    let original = common::stele_run(Some(dir.path()), &["wal", "dump", "--json", "log"]);
+    let original = run(Some(dir), &["wal", "dump", "--json", "log"]);
     let original = common::json_lines(&original.stdout);
     assert_eq!(rows[..100], original[..100]);
 
-    let tail = common::stele_run(None, &["archive", "tail", "--json", "--from", "150", &url]);
+    let tail = run(None, &["archive", "tail", "--json", "--from", "150", &url]);
     assert_eq!(tail.code, Some(0), "{}", tail.stderr);
     let tailed = common::json_lines(&tail.stdout);
     assert_eq!(tailed.len() as u64, archived - 150);
     assert_eq!(tailed[..], original[150..archived as usize]);
 
     // A flipped bit in one object: verify exits 2 and names it.
-    let object = std::fs::read_dir(store.join("wal"))
+    let object = std::fs::read_dir(objects.join("wal"))
         .unwrap()
         .map(|e| e.unwrap().path())
         .min()
@@ -102,7 +148,7 @@ fn soak_archives_and_the_archive_restores_verifies_and_tails_elsewhere() {
     let mut bytes = std::fs::read(&object).unwrap();
     bytes[100] ^= 1;
     std::fs::write(&object, bytes).unwrap();
-    let verify = common::stele_run(None, &["archive", "verify", &url]);
+    let verify = run(None, &["archive", "verify", &url]);
     assert_eq!(verify.code, Some(2), "{}", verify.stdout);
     let name = object.file_name().unwrap().to_str().unwrap();
     assert!(

@@ -13,10 +13,17 @@ pub struct Run {
 
 /// Runs `stele ARGS` in `dir` (this process's directory if `None`).
 pub fn stele_run(dir: Option<&Path>, args: &[&str]) -> Run {
+    stele_run_with(dir, args, &[])
+}
+
+/// Runs `stele ARGS` in `dir` (this process's directory if `None`) with `env` added to its
+/// environment.
+pub fn stele_run_with(dir: Option<&Path>, args: &[&str], env: &[(&str, String)]) -> Run {
     let mut command = Command::new(env!("CARGO_BIN_EXE_stele"));
     if let Some(dir) = dir {
         command.current_dir(dir);
     }
+    command.envs(env.iter().map(|(k, v)| (k, v)));
     let out = command.args(args).output().unwrap();
     Run {
         code: out.status.code(),
