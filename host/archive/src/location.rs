@@ -129,6 +129,42 @@ pub(crate) fn install_crypto_provider() {
     }
 }
 
+/// Worker threads of [`cloud_io`]'s runtime: two, enough for a restore's parallel fetches to
+/// copy response bodies on both cores of the machines this project runs on.
+#[cfg(feature = "cloud")]
+const CLOUD_IO_THREADS: usize = 2;
+
+/// The connector every cloud client is built with: its HTTP I/O (connections, their pool,
+/// response bodies) runs on one runtime of this crate's, always driven, whatever runtime the
+/// caller awaits on.
+///
+/// Why: a hyper connection is driven by a task on the runtime that opened it. An
+/// [`Archiver`](crate::Archiver) is attached on the caller's runtime and then runs its rounds
+/// on a thread and runtime of its own ([`Archiver::spawn`](crate::Archiver::spawn)); with the
+/// default connector its pooled connections stay with the first runtime, which no longer
+/// runs, and a request on one hangs until the client's timeout (30 s, measured on the loopback
+/// S3 server before this connector) before a retry on a new connection.
+///
+/// # Errors
+/// The runtime could not be started (threads refused by the OS).
+#[cfg(feature = "cloud")]
+pub(crate) fn cloud_io() -> Result<object_store::client::SpawnedReqwestConnector, String> {
+    static IO: std::sync::OnceLock<Result<tokio::runtime::Runtime, String>> =
+        std::sync::OnceLock::new();
+    let runtime = IO.get_or_init(|| {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(CLOUD_IO_THREADS)
+            .thread_name("stele-archive-io")
+            .enable_all()
+            .build()
+            .map_err(|e| format!("cannot start the archive's I/O runtime: {e}"))
+    });
+    let runtime = runtime.as_ref().map_err(Clone::clone)?;
+    Ok(object_store::client::SpawnedReqwestConnector::new(
+        runtime.handle().clone(),
+    ))
+}
+
 /// The cloud stores, each behind its feature so that a build without it pulls in no HTTP
 /// client.
 mod cloud {
@@ -146,6 +182,7 @@ mod cloud {
     pub(super) fn s3(url: &url::Url) -> Result<Arc<dyn ObjectStore>, String> {
         super::install_crypto_provider();
         let store = object_store::aws::AmazonS3Builder::from_env()
+            .with_http_connector(super::cloud_io()?)
             .with_bucket_name(host(url)?)
             .build()
             .map_err(|e| e.to_string())?;
@@ -162,6 +199,7 @@ mod cloud {
     pub(super) fn gcs(url: &url::Url) -> Result<Arc<dyn ObjectStore>, String> {
         super::install_crypto_provider();
         let store = object_store::gcp::GoogleCloudStorageBuilder::from_env()
+            .with_http_connector(super::cloud_io()?)
             .with_bucket_name(host(url)?)
             .build()
             .map_err(|e| e.to_string())?;
@@ -178,6 +216,7 @@ mod cloud {
     pub(super) fn azure(url: &url::Url) -> Result<Arc<dyn ObjectStore>, String> {
         super::install_crypto_provider();
         let store = object_store::azure::MicrosoftAzureBuilder::from_env()
+            .with_http_connector(super::cloud_io()?)
             .with_container_name(host(url)?)
             .build()
             .map_err(|e| e.to_string())?;

@@ -120,7 +120,12 @@ impl LoopbackS3 {
     /// [`ArchiveError::BadUrl`] if the client cannot be built.
     pub fn store(&self, bucket: &str) -> Result<Arc<dyn ObjectStore>, ArchiveError> {
         crate::location::install_crypto_provider();
+        let bad = |reason: String| ArchiveError::BadUrl {
+            url: format!("s3://{bucket}"),
+            reason,
+        };
         object_store::aws::AmazonS3Builder::new()
+            .with_http_connector(crate::location::cloud_io().map_err(bad)?)
             .with_endpoint(self.endpoint())
             .with_allow_http(true)
             .with_bucket_name(bucket)
@@ -129,10 +134,7 @@ impl LoopbackS3 {
             .with_secret_access_key(SECRET_ACCESS_KEY)
             .build()
             .map(|store| Arc::new(store) as Arc<dyn ObjectStore>)
-            .map_err(|e| ArchiveError::BadUrl {
-                url: format!("s3://{bucket}"),
-                reason: e.to_string(),
-            })
+            .map_err(|e| bad(e.to_string()))
     }
 
     /// The archive at `s3://bucket/prefix` on this server, creating the bucket.

@@ -211,6 +211,9 @@ pub(crate) async fn fetch_segment(
 /// [`ArchiveError::Corrupt`] naming the object and offset, [`ArchiveError::SeqOutOfRange`],
 /// [`ArchiveError::TargetNotEmpty`], a store or filesystem error. Nothing written before an
 /// error is removed; restore again into a new directory.
+///
+/// # Panics
+/// Outside a tokio runtime: the segment writes run on its blocking pool.
 pub async fn restore(
     location: &ArchiveLocation,
     vfs: Arc<dyn Vfs>,
@@ -262,27 +265,56 @@ pub async fn restore(
     let mut done = 0u64;
     let mut next_seq = LogSeq(manifest.first_seq);
     let mut last_file_len = None;
-    while let Some(fetched) = fetches.next().await {
-        let (entry, mut bytes) = fetched?;
-        if entry.first_seq != next_seq.0 {
-            return Err(ArchiveError::Corrupt {
-                key: location.path(&entry.key).to_string(),
-                offset: 0,
-                reason: format!("starts at seq {}, expected {next_seq}", entry.first_seq),
-            });
+    // Each segment is written (and fsynced) on a blocking thread while this loop goes back to
+    // the fetches, one write at a time and in order. A fetch's body moves only while its
+    // stream is polled, so a write done inline would stall every fetch in flight behind it:
+    // measured on the loopback S3 server, inline writes restored at 141 MB/s where the fetches
+    // alone ran at 181 MB/s and the writes alone at 622 MB/s.
+    let mut writing: Option<tokio::task::JoinHandle<Result<u64, ArchiveError>>> = None;
+    let fetched_all = async {
+        while let Some(fetched) = fetches.next().await {
+            let (entry, mut bytes) = fetched?;
+            if entry.first_seq != next_seq.0 {
+                return Err(ArchiveError::Corrupt {
+                    key: location.path(&entry.key).to_string(),
+                    offset: 0,
+                    reason: format!("starts at seq {}, expected {next_seq}", entry.first_seq),
+                });
+            }
+            next_seq = LogSeq(entry.next_seq);
+            if let Some(through) = through
+                && through.0 < entry.next_seq
+            {
+                let key = location.path(&entry.key).to_string();
+                let end = end_of_record(&key, &bytes, LogSeq(entry.first_seq), through)?;
+                bytes = bytes.slice(..end as usize);
+                next_seq = through.next();
+            }
+            if let Some(previous) = writing.take() {
+                done += finish_write(previous).await?;
+                if let Some(progress) = &options.progress {
+                    progress(done, total);
+                }
+            }
+            last_file_len = Some(entry.file_len);
+            let (vfs, dir, first_seq) = (vfs.clone(), dir.to_owned(), LogSeq(entry.first_seq));
+            let (file_len, archived_bytes) = (entry.file_len, entry.bytes);
+            writing = Some(tokio::task::spawn_blocking(move || {
+                write_segment(&*vfs, &dir, first_seq, &bytes, file_len).map(|()| archived_bytes)
+            }));
         }
-        next_seq = LogSeq(entry.next_seq);
-        if let Some(through) = through
-            && through.0 < entry.next_seq
-        {
-            let key = location.path(&entry.key).to_string();
-            let end = end_of_record(&key, &bytes, LogSeq(entry.first_seq), through)?;
-            bytes = bytes.slice(..end as usize);
-            next_seq = through.next();
-        }
-        write_segment(&*vfs, dir, LogSeq(entry.first_seq), &bytes, entry.file_len)?;
-        last_file_len = Some(entry.file_len);
-        done += entry.bytes;
+        Ok(())
+    }
+    .await;
+    // The last write, or the one running when a fetch failed: a restore returns only once no
+    // write of its own is left running in its directory.
+    let last_written = match writing.take() {
+        Some(last) => Some(finish_write(last).await),
+        None => None,
+    };
+    fetched_all?;
+    if let Some(written) = last_written {
+        done += written?;
         if let Some(progress) = &options.progress {
             progress(done, total);
         }
@@ -315,6 +347,22 @@ pub async fn restore(
         next_seq: next_seq.0,
         checkpoint,
     })
+}
+
+/// A segment write's outcome; a panic in it is re-raised here.
+async fn finish_write(
+    write: tokio::task::JoinHandle<Result<u64, ArchiveError>>,
+) -> Result<u64, ArchiveError> {
+    match write.await {
+        Ok(written) => written,
+        Err(join) if join.is_panic() => std::panic::resume_unwind(join.into_panic()),
+        Err(_) => Err(ArchiveError::Local {
+            path: String::new(),
+            source: stele::vfs::VfsError::Io(
+                "the runtime shut down while a restored segment was written".into(),
+            ),
+        }),
+    }
 }
 
 fn write_segment(

@@ -17,6 +17,7 @@ use stele::vfs::Vfs;
 use stele::wal::record::encoded_len;
 use stele::wal::{DurabilityPolicy, LogSeq, WalOptions};
 use stele_archive::object_store::memory::InMemory;
+use stele_archive::restore::FETCHES_IN_FLIGHT_DEFAULT;
 use stele_archive::{ArchiveLocation, ArchiveOptions, Archiver, RestoreOptions};
 use stele_host::fs::RealFs;
 use stele_host::{Mode, Wal};
@@ -60,6 +61,9 @@ struct Round {
     wal_archived_mb_s: f64,
     lag_ms: Vec<f64>,
     restore_mb_s: f64,
+    /// The store's own limit for a restore: the same objects fetched with the same
+    /// parallelism, and nothing done with them.
+    fetch_mb_s: f64,
     requests_per_gib: f64,
 }
 
@@ -127,7 +131,16 @@ fn open_store(store: &str, store_dir: &Path) -> Result<(ArchiveLocation, Option<
     })
 }
 
-fn round(dir: &Path, store: &str, per_writer: usize, payload: usize) -> Result<Round> {
+/// One round. `alone_first`: whether the writer-alone phase runs before the phase with the
+/// archiver or after it; the rounds alternate, so that a drift across a round (the disk's
+/// state after a phase's writes) does not count for or against the archiver.
+fn round(
+    dir: &Path,
+    store: &str,
+    per_writer: usize,
+    payload: usize,
+    alone_first: bool,
+) -> Result<Round> {
     let record_bytes = (WRITERS * per_writer * encoded_len(payload)) as f64;
     let fs: Arc<dyn Vfs> = Arc::new(RealFs::open_root(dir)?);
     for name in [
@@ -140,9 +153,15 @@ fn round(dir: &Path, store: &str, per_writer: usize, payload: usize) -> Result<R
     let store_dir = dir.join("bench-archive-store");
     let _ = std::fs::remove_dir_all(&store_dir);
 
-    let (alone, _) = Wal::open(fs.clone(), "bench-archive-alone", options(), Mode::Native)?;
-    let (alone_us, alone_s) = commit_load(&alone, per_writer, payload)?;
-    drop(alone);
+    let writer_alone = || -> Result<(Vec<f64>, f64)> {
+        let (alone, _) = Wal::open(fs.clone(), "bench-archive-alone", options(), Mode::Native)?;
+        commit_load(&alone, per_writer, payload)
+    };
+    let mut alone = if alone_first {
+        Some(writer_alone()?)
+    } else {
+        None
+    };
 
     // The server, if the store has one, serves to the end of the round.
     let (location, _server) = open_store(store, &store_dir)?;
@@ -182,8 +201,19 @@ fn round(dir: &Path, store: &str, per_writer: usize, payload: usize) -> Result<R
     let bytes = status.stats.bytes_archived as f64;
     let busy_s = status.stats.upload_busy.as_secs_f64();
     let requests = (location.requests() - requests_before) as f64;
+    let keys: Vec<String> = archiver
+        .manifest()
+        .segments
+        .iter()
+        .map(|s| s.key.clone())
+        .collect();
     drop(archiver);
     drop(wal);
+    let (alone_us, alone_s) = match alone.take() {
+        Some(ran) => ran,
+        None => writer_alone()?,
+    };
+    let fetch_mb_s = rt.block_on(fetch_rate(&location, &keys))?;
 
     let restore_started = Instant::now();
     let report = rt.block_on(stele_archive::restore(
@@ -215,8 +245,28 @@ fn round(dir: &Path, store: &str, per_writer: usize, payload: usize) -> Result<R
             .map(|&ms| ms as f64)
             .collect(),
         restore_mb_s: report.bytes as f64 / restore_s / 1e6,
+        fetch_mb_s,
         requests_per_gib: requests / (bytes / (1u64 << 30) as f64),
     })
+}
+
+/// MB/s of fetching `keys` from `location`, [`FETCHES_IN_FLIGHT_DEFAULT`] at a time, as a
+/// restore does, without checking or writing them.
+async fn fetch_rate(location: &ArchiveLocation, keys: &[String]) -> Result<f64> {
+    use futures::StreamExt;
+    use stele_archive::object_store::ObjectStoreExt;
+    let started = Instant::now();
+    let mut fetches = futures::stream::iter(keys)
+        .map(|key| async move {
+            let object = location.store().get(&location.path(key)).await?;
+            object.bytes().await.map(|b| b.len() as u64)
+        })
+        .buffered(FETCHES_IN_FLIGHT_DEFAULT);
+    let mut bytes = 0;
+    while let Some(fetched) = fetches.next().await {
+        bytes += fetched?;
+    }
+    Ok(bytes as f64 / started.elapsed().as_secs_f64() / 1e6)
 }
 
 fn median(mut v: Vec<f64>) -> f64 {
@@ -245,7 +295,10 @@ pub fn archive_table(
              work; keeps up = upload × the writer's durable MB/s in the same round (≥ 1: its \
              backlog does not grow); catch-up = from the last commit's return until the \
              archive holds every sealed segment; lag = a segment's seal to the manifest that \
-             names it. p99 with = commit p99 with the archiver running, × the writer alone. \
+             names it. store fetch = the same objects fetched from the store with a restore's \
+             parallelism and nothing done with them: the store's own limit for a restore, \
+             which restore × fetch compares it with. p99 with = commit p99 with the archiver running, × the writer alone (the rounds \
+             alternate which of the two runs first). \
              Stores: file = a local directory on this disk; memory = object_store's InMemory; \
              s3 = a real S3 server on loopback (s3s-fs in this process, its objects on this \
              disk, each request signed and sent over TCP).\n",
@@ -254,16 +307,17 @@ pub fn archive_table(
         );
         std::println!(
             "| store | writer alone MB/s | writer + archiver MB/s | upload MB/s | keeps up × | \
-             catch-up ms | lag p50 ms | lag p99 ms | restore MB/s | commit p99 alone µs | p99 with µs | \
+             catch-up ms | lag p50 ms | lag p99 ms | restore MB/s | store fetch MB/s | \
+             restore × fetch | commit p99 alone µs | p99 with µs | \
              p99 × | requests/GiB |"
         );
-        std::println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+        std::println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
     });
     for store in STORES {
         let mut rounds = Vec::new();
-        for _ in 0..ROUNDS {
+        for i in 0..ROUNDS {
             rounds.push(
-                round(dir, store, per_writer, payload)
+                round(dir, store, per_writer, payload, i % 2 == 0)
                     .with_context(|| format!("archive bench, {store}"))?,
             );
         }
@@ -278,12 +332,15 @@ pub fn archive_table(
         let lag_p50 = m(&|r| percentile(&r.lag_ms, 0.5));
         let lag_p99 = m(&|r| percentile(&r.lag_ms, 0.99));
         let restore = m(&|r| r.restore_mb_s);
+        let fetch = m(&|r| r.fetch_mb_s);
         let requests = m(&|r| r.requests_per_gib);
         progress().suspend(|| {
             std::println!(
                 "| {store} | {wal_alone:.1} | {wal_archived:.1} | {upload:.1} | {keeps_up:.2} | \
-                 {catch_up:.0} | {lag_p50:.0} | {lag_p99:.0} | {restore:.0} | {alone_p99:.0} | \
+                 {catch_up:.0} | {lag_p50:.0} | {lag_p99:.0} | {restore:.0} | {fetch:.0} | \
+                 {:.2} | {alone_p99:.0} | \
                  {with_p99:.0} | {:.2} | {requests:.0} |",
+                restore / fetch,
                 with_p99 / alone_p99,
             );
         });
@@ -297,7 +354,8 @@ pub fn archive_table(
                     "wal_with_archiver_mb_per_s": wal_archived, "upload_mb_per_s": upload,
                     "keeps_up_ratio": keeps_up, "catch_up_ms": catch_up,
                     "lag_p50_ms": lag_p50, "lag_p99_ms": lag_p99,
-                    "restore_mb_per_s": restore, "commit_p99_alone_us": alone_p99,
+                    "restore_mb_per_s": restore, "store_fetch_mb_per_s": fetch,
+                    "commit_p99_alone_us": alone_p99,
                     "commit_p99_with_archiver_us": with_p99, "requests_per_gib": requests,
                     "limit_mb_per_s": limit_mb_s,
                 })
