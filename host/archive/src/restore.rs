@@ -291,7 +291,7 @@ pub async fn restore(
                 next_seq = through.next();
             }
             if let Some(previous) = writing.take() {
-                done += finish_write(previous).await?;
+                done += finish_write(previous, dir).await?;
                 if let Some(progress) = &options.progress {
                     progress(done, total);
                 }
@@ -309,7 +309,7 @@ pub async fn restore(
     // The last write, or the one running when a fetch failed: a restore returns only once no
     // write of its own is left running in its directory.
     let last_written = match writing.take() {
-        Some(last) => Some(finish_write(last).await),
+        Some(last) => Some(finish_write(last, dir).await),
         None => None,
     };
     fetched_all?;
@@ -352,12 +352,13 @@ pub async fn restore(
 /// A segment write's outcome; a panic in it is re-raised here.
 async fn finish_write(
     write: tokio::task::JoinHandle<Result<u64, ArchiveError>>,
+    dir: &str,
 ) -> Result<u64, ArchiveError> {
     match write.await {
         Ok(written) => written,
         Err(join) if join.is_panic() => std::panic::resume_unwind(join.into_panic()),
         Err(_) => Err(ArchiveError::Local {
-            path: String::new(),
+            path: dir.to_owned(),
             source: stele::vfs::VfsError::Io(
                 "the runtime shut down while a restored segment was written".into(),
             ),
