@@ -93,22 +93,30 @@ struct TestStore {
 const PREFIX: &str = "tenant-a/events";
 
 fn open_store(backend: Backend) -> TestStore {
-    let dir = match backend {
-        Backend::Memory => None,
-        Backend::LocalDir | Backend::S3 => Some(tempfile::tempdir().unwrap()),
-    };
-    let (inner, server, url): (Arc<dyn ObjectStore>, _, _) = match backend {
-        Backend::Memory => (Arc::new(InMemory::new()), None, "memory://test".to_owned()),
+    let (inner, server, url, dir): (Arc<dyn ObjectStore>, _, _, _) = match backend {
+        Backend::Memory => (
+            Arc::new(InMemory::new()),
+            None,
+            "memory://test".to_owned(),
+            None,
+        ),
         Backend::LocalDir => {
-            let url = format!("file://{}", dir.as_ref().unwrap().path().display());
+            let dir = tempfile::tempdir().unwrap();
+            let url = format!("file://{}", dir.path().display());
             let store = ArchiveLocation::open(&url).unwrap().store().clone();
-            (store, None, url)
+            (store, None, url, Some(dir))
         }
         Backend::S3 => {
-            let server = LoopbackS3::start(dir.as_ref().unwrap().path()).unwrap();
+            let dir = tempfile::tempdir().unwrap();
+            let server = LoopbackS3::start(dir.path()).unwrap();
             server.create_bucket("stele").unwrap();
             let store = server.store("stele").unwrap();
-            (store, Some(server), format!("s3://stele/{PREFIX}"))
+            (
+                store,
+                Some(server),
+                format!("s3://stele/{PREFIX}"),
+                Some(dir),
+            )
         }
     };
     let faults = Arc::new(FaultStore::new(inner.clone()));

@@ -122,7 +122,7 @@ impl std::fmt::Display for ArchiveLocation {
 /// already (an embedder's choice stands). The cloud clients are built without a bundled
 /// provider (see the `cloud` feature), and rustls refuses to build a TLS client without one.
 #[cfg(feature = "cloud")]
-pub(crate) fn install_crypto_provider() {
+fn install_crypto_provider() {
     if rustls::crypto::CryptoProvider::get_default().is_none() {
         // Another thread may install one between the check and here; either stands.
         let _ = rustls::crypto::ring::default_provider().install_default();
@@ -134,9 +134,9 @@ pub(crate) fn install_crypto_provider() {
 #[cfg(feature = "cloud")]
 const CLOUD_IO_THREADS: usize = 2;
 
-/// The connector every cloud client is built with: its HTTP I/O (connections, their pool,
-/// response bodies) runs on one runtime of this crate's, always driven, whatever runtime the
-/// caller awaits on.
+/// The connector every cloud client is built with, after [`install_crypto_provider`]: its
+/// HTTP I/O (connections, their pool, response bodies) runs on one runtime of this crate's,
+/// always driven, whatever runtime the caller awaits on.
 ///
 /// Why: a hyper connection is driven by a task on the runtime that opened it. An
 /// [`Archiver`](crate::Archiver) is attached on the caller's runtime and then runs its rounds
@@ -149,6 +149,7 @@ const CLOUD_IO_THREADS: usize = 2;
 /// The runtime could not be started (threads refused by the OS).
 #[cfg(feature = "cloud")]
 pub(crate) fn cloud_io() -> Result<object_store::client::SpawnedReqwestConnector, String> {
+    install_crypto_provider();
     static IO: std::sync::OnceLock<Result<tokio::runtime::Runtime, String>> =
         std::sync::OnceLock::new();
     let runtime = IO.get_or_init(|| {
@@ -180,7 +181,6 @@ mod cloud {
 
     #[cfg(feature = "aws")]
     pub(super) fn s3(url: &url::Url) -> Result<Arc<dyn ObjectStore>, String> {
-        super::install_crypto_provider();
         let store = object_store::aws::AmazonS3Builder::from_env()
             .with_http_connector(super::cloud_io()?)
             .with_bucket_name(host(url)?)
@@ -197,7 +197,6 @@ mod cloud {
 
     #[cfg(feature = "gcp")]
     pub(super) fn gcs(url: &url::Url) -> Result<Arc<dyn ObjectStore>, String> {
-        super::install_crypto_provider();
         let store = object_store::gcp::GoogleCloudStorageBuilder::from_env()
             .with_http_connector(super::cloud_io()?)
             .with_bucket_name(host(url)?)
@@ -214,7 +213,6 @@ mod cloud {
 
     #[cfg(feature = "azure")]
     pub(super) fn azure(url: &url::Url) -> Result<Arc<dyn ObjectStore>, String> {
-        super::install_crypto_provider();
         let store = object_store::azure::MicrosoftAzureBuilder::from_env()
             .with_http_connector(super::cloud_io()?)
             .with_container_name(host(url)?)

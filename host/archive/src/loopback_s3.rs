@@ -119,7 +119,6 @@ impl LoopbackS3 {
     /// # Errors
     /// [`ArchiveError::BadUrl`] if the client cannot be built.
     pub fn store(&self, bucket: &str) -> Result<Arc<dyn ObjectStore>, ArchiveError> {
-        crate::location::install_crypto_provider();
         let bad = |reason: String| ArchiveError::BadUrl {
             url: format!("s3://{bucket}"),
             reason,

@@ -271,6 +271,12 @@ pub async fn restore(
     // measured on the loopback S3 server, inline writes restored at 141 MB/s where the fetches
     // alone ran at 181 MB/s and the writes alone at 622 MB/s.
     let mut writing: Option<tokio::task::JoinHandle<Result<u64, ArchiveError>>> = None;
+    let mut written = |bytes: u64| {
+        done += bytes;
+        if let Some(progress) = &options.progress {
+            progress(done, total);
+        }
+    };
     let fetched_all = async {
         while let Some(fetched) = fetches.next().await {
             let (entry, mut bytes) = fetched?;
@@ -291,10 +297,7 @@ pub async fn restore(
                 next_seq = through.next();
             }
             if let Some(previous) = writing.take() {
-                done += finish_write(previous, dir).await?;
-                if let Some(progress) = &options.progress {
-                    progress(done, total);
-                }
+                written(finish_write(previous, dir).await?);
             }
             last_file_len = Some(entry.file_len);
             let (vfs, dir, first_seq) = (vfs.clone(), dir.to_owned(), LogSeq(entry.first_seq));
@@ -313,11 +316,8 @@ pub async fn restore(
         None => None,
     };
     fetched_all?;
-    if let Some(written) = last_written {
-        done += written?;
-        if let Some(progress) = &options.progress {
-            progress(done, total);
-        }
+    if let Some(last) = last_written {
+        written(last?);
     }
 
     // The writer resumes in a segment of its own, so that every restored segment stays

@@ -157,11 +157,7 @@ fn round(
         let (alone, _) = Wal::open(fs.clone(), "bench-archive-alone", options(), Mode::Native)?;
         commit_load(&alone, per_writer, payload)
     };
-    let mut alone = if alone_first {
-        Some(writer_alone()?)
-    } else {
-        None
-    };
+    let alone_before = alone_first.then(writer_alone).transpose()?;
 
     // The server, if the store has one, serves to the end of the round.
     let (location, _server) = open_store(store, &store_dir)?;
@@ -209,7 +205,7 @@ fn round(
         .collect();
     drop(archiver);
     drop(wal);
-    let (alone_us, alone_s) = match alone.take() {
+    let (alone_us, alone_s) = match alone_before {
         Some(ran) => ran,
         None => writer_alone()?,
     };

@@ -64,7 +64,6 @@ fn soak_then_elsewhere(
     objects: &std::path::Path,
     env: &[(&str, String)],
 ) {
-    let url = url.to_owned();
     let run = |dir: Option<&std::path::Path>, args: &[&str]| common::stele_run_with(dir, args, env);
     let soak = run(
         Some(dir),
@@ -79,7 +78,7 @@ fn soak_then_elsewhere(
             "--count",
             "400",
             "--archive",
-            &url,
+            url,
         ],
     );
     assert_eq!(soak.code, Some(0), "{}", soak.stderr);
@@ -92,13 +91,13 @@ fn soak_then_elsewhere(
     let archived = archived_end(&soak.stdout);
     assert!(archived > 200 && archived <= 400, "{archived}");
 
-    let status = run(None, &["archive", "status", "--json", &url]);
+    let status = run(None, &["archive", "status", "--json", url]);
     assert_eq!(status.code, Some(0), "{}", status.stderr);
     let status = &common::json_lines(&status.stdout)[0];
     assert_eq!(status["next_seq"], archived);
     assert_eq!(status["epoch"], 1);
 
-    let verify = run(None, &["archive", "verify", "--json", &url]);
+    let verify = run(None, &["archive", "verify", "--json", url]);
     assert_eq!(verify.code, Some(0), "{}", verify.stdout);
     let verify = &common::json_lines(&verify.stdout)[0];
     assert_eq!(verify["report"]["records"], archived);
@@ -110,7 +109,7 @@ fn soak_then_elsewhere(
             "archive",
             "restore",
             "--json",
-            &url,
+            url,
             restored.to_str().unwrap(),
             "--to-seq",
             "99",
@@ -133,7 +132,7 @@ fn soak_then_elsewhere(
     let original = common::json_lines(&original.stdout);
     assert_eq!(rows[..100], original[..100]);
 
-    let tail = run(None, &["archive", "tail", "--json", "--from", "150", &url]);
+    let tail = run(None, &["archive", "tail", "--json", "--from", "150", url]);
     assert_eq!(tail.code, Some(0), "{}", tail.stderr);
     let tailed = common::json_lines(&tail.stdout);
     assert_eq!(tailed.len() as u64, archived - 150);
@@ -148,7 +147,7 @@ fn soak_then_elsewhere(
     let mut bytes = std::fs::read(&object).unwrap();
     bytes[100] ^= 1;
     std::fs::write(&object, bytes).unwrap();
-    let verify = run(None, &["archive", "verify", &url]);
+    let verify = run(None, &["archive", "verify", url]);
     assert_eq!(verify.code, Some(2), "{}", verify.stdout);
     let name = object.file_name().unwrap().to_str().unwrap();
     assert!(
