@@ -70,6 +70,7 @@
 
 pub mod archive_gate;
 pub mod bindings;
+pub mod code_cache;
 mod convert;
 pub mod fs;
 mod io_thread;

@@ -1,15 +1,17 @@
 //! The wasmtime side of sandboxed mode: one [`wasmtime::Engine`] and one compiled
 //! [`Component`] per process, and a fresh [`Store`] per log instance.
 //!
-//! The component (`stele.wasm`, built by `build.rs`) is embedded in this crate. It is compiled
-//! once, on first use, and cached for the life of the process; each instance then costs one
-//! `InstancePre::instantiate` (about 17 µs on this machine).
+//! The components (`stele.wasm` and `stele-async.wasm`, built by `build.rs`) are embedded in
+//! this crate. Each is compiled on its first use, or loaded from the on-disk
+//! [`crate::code_cache`] that an earlier process filled, and kept for the life of the process;
+//! each instance then costs one `InstancePre::instantiate` (about 17 µs on this machine).
 //!
 //! What a guest gets: the `stele:log/vfs` import, served from the [`Vfs`] the caller chose, and
 //! the `wasi:cli`, `wasi:io`, `wasi:random` and `wasi:clocks` imports that Rust's std links,
 //! served by a WASI context with no preopened directories, no environment, no arguments, no
 //! network and no inherited stdio. Its only file access is therefore `stele:log/vfs`.
 
+use std::path::PathBuf;
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
@@ -209,11 +211,14 @@ impl WasiView for GuestState {
     }
 }
 
-/// The process-wide engine and the two pre-linked components.
+/// The process-wide engine and the two pre-linked components, each compiled (or loaded from the
+/// [`crate::code_cache`]) on its first use: a process that runs only the plain build never
+/// compiles the async one.
 pub struct Runtime {
     engine: Engine,
-    pre: bindings::EnginePre<GuestState>,
-    pre_async: bindings_async::EngineAsyncPre<GuestState>,
+    code_cache_dir: Option<PathBuf>,
+    pre: OnceLock<Result<bindings::EnginePre<GuestState>, String>>,
+    pre_async: OnceLock<Result<bindings_async::EngineAsyncPre<GuestState>, String>>,
 }
 
 static RUNTIME: OnceLock<Result<Runtime, String>> = OnceLock::new();
@@ -221,12 +226,13 @@ static RUNTIME: OnceLock<Result<Runtime, String>> = OnceLock::new();
 impl Runtime {
     /// The process's runtime, which [`crate::Wal`], [`crate::Journal`] and [`crate::PushLog`]
     /// run their sandboxed modes on. Made on first use, on an engine of Stele's own
-    /// ([`Runtime::default_config`]), unless [`Runtime::init_with_engine`] came first.
+    /// ([`Runtime::default_config`]), unless [`Runtime::init_with_engine`] came first. Its
+    /// compiled code is cached where [`crate::code_cache::default_dir`] says.
     pub fn get() -> Result<&'static Runtime, SandboxError> {
         RUNTIME
             .get_or_init(|| {
                 Engine::new(&Runtime::default_config())
-                    .and_then(Runtime::with_engine)
+                    .map(|engine| Runtime::new(engine, crate::code_cache::default_dir()))
                     .map_err(|e| format!("{e:#}"))
             })
             .as_ref()
@@ -238,16 +244,18 @@ impl Runtime {
     /// needs `wasm_component_model_async(true)` (the async build), and
     /// `epoch_interruption(true)` for [`SandboxLimits::busy_deadline`] to fire (Stele's ticker
     /// then advances this engine's epoch every [`EPOCH_TICK`]; leave deadlines unset if you
-    /// drive the epoch yourself). Fails with [`SandboxError::AlreadyInitialized`] once the
-    /// runtime exists, on this engine or another, and with [`SandboxError::Load`] when the
-    /// components do not compile on `engine`; that failure is not kept, so a later call (or
-    /// [`Runtime::get`]) can still make the runtime.
+    /// drive the epoch yourself). Both builds are compiled here (through the
+    /// [`crate::code_cache`], keyed by this engine's configuration). Fails with
+    /// [`SandboxError::AlreadyInitialized`] once the runtime exists, on this engine or another,
+    /// and with [`SandboxError::Load`] when the components do not compile on `engine`; that
+    /// failure is not kept, so a later call (or [`Runtime::get`]) can still make the runtime.
     pub fn init_with_engine(engine: Engine) -> Result<&'static Runtime, SandboxError> {
         if RUNTIME.get().is_some() {
             return Err(SandboxError::AlreadyInitialized);
         }
-        let made =
-            Runtime::with_engine(engine).map_err(|e| SandboxError::Load(format!("{e:#}")))?;
+        let made = Runtime::new(engine, crate::code_cache::default_dir());
+        made.pre()?;
+        made.pre_async()?;
         let mut installed = false;
         let runtime = RUNTIME.get_or_init(|| {
             installed = true;
@@ -272,27 +280,60 @@ impl Runtime {
         config
     }
 
-    /// Compiles both engine builds on `engine` and links them through the public
-    /// [`crate::add_to_linker_sync`] / [`crate::add_to_linker_async`], the path an embedder
-    /// takes.
-    fn with_engine(engine: Engine) -> wasmtime::Result<Runtime> {
-        let component = Component::new(&engine, COMPONENT_WASM)?;
-        let mut linker = Linker::<GuestState>::new(&engine);
-        wasmtime_wasi::p2::add_to_linker_sync(&mut linker)?;
-        crate::add_to_linker_sync(&mut linker)?;
-        let pre = bindings::EnginePre::new(linker.instantiate_pre(&component)?)?;
-
-        let component_async = Component::new(&engine, COMPONENT_ASYNC_WASM)?;
-        let mut linker = Linker::<GuestState>::new(&engine);
-        wasmtime_wasi::p2::add_to_linker_sync(&mut linker)?;
-        crate::add_to_linker_async(&mut linker)?;
-        let pre_async =
-            bindings_async::EngineAsyncPre::new(linker.instantiate_pre(&component_async)?)?;
-        Ok(Runtime {
+    fn new(engine: Engine, code_cache_dir: Option<PathBuf>) -> Runtime {
+        Runtime {
             engine,
-            pre,
-            pre_async,
-        })
+            code_cache_dir,
+            pre: OnceLock::new(),
+            pre_async: OnceLock::new(),
+        }
+    }
+
+    /// Compiles `wasm` through the code cache.
+    fn component(&self, name: &str, wasm: &[u8]) -> wasmtime::Result<Component> {
+        let (component, outcome) = crate::code_cache::load_or_compile(
+            &self.engine,
+            name,
+            wasm,
+            self.code_cache_dir.as_deref(),
+        )?;
+        tracing::debug!(component = name, ?outcome, "component ready");
+        Ok(component)
+    }
+
+    /// The plain build, linked through the public [`crate::add_to_linker_sync`], the path an
+    /// embedder takes.
+    fn pre(&self) -> Result<&bindings::EnginePre<GuestState>, SandboxError> {
+        self.pre
+            .get_or_init(|| {
+                (|| {
+                    let component = self.component("stele", COMPONENT_WASM)?;
+                    let mut linker = Linker::<GuestState>::new(&self.engine);
+                    wasmtime_wasi::p2::add_to_linker_sync(&mut linker)?;
+                    crate::add_to_linker_sync(&mut linker)?;
+                    bindings::EnginePre::new(linker.instantiate_pre(&component)?)
+                })()
+                .map_err(|e| format!("{e:#}"))
+            })
+            .as_ref()
+            .map_err(|e| SandboxError::Load(e.clone()))
+    }
+
+    /// The async build, linked through the public [`crate::add_to_linker_async`].
+    fn pre_async(&self) -> Result<&bindings_async::EngineAsyncPre<GuestState>, SandboxError> {
+        self.pre_async
+            .get_or_init(|| {
+                (|| {
+                    let component = self.component("stele-async", COMPONENT_ASYNC_WASM)?;
+                    let mut linker = Linker::<GuestState>::new(&self.engine);
+                    wasmtime_wasi::p2::add_to_linker_sync(&mut linker)?;
+                    crate::add_to_linker_async(&mut linker)?;
+                    bindings_async::EngineAsyncPre::new(linker.instantiate_pre(&component)?)
+                })()
+                .map_err(|e| format!("{e:#}"))
+            })
+            .as_ref()
+            .map_err(|e| SandboxError::Load(e.clone()))
     }
 
     /// The process-wide wasmtime engine the components run on.
@@ -395,7 +436,7 @@ impl Runtime {
     ) -> Result<(Store<GuestState>, bindings::Engine), SandboxError> {
         let mut store = self.new_store(vfs, limits, None);
         let bindings = self
-            .pre
+            .pre()?
             .instantiate(&mut store)
             .map_err(|e| SandboxError::Instantiate(format!("{e:#}")))?;
         Ok((store, bindings))
@@ -431,7 +472,7 @@ impl Runtime {
         &self,
         store: &mut Store<GuestState>,
     ) -> Result<bindings_async::EngineAsync, SandboxError> {
-        self.pre_async
+        self.pre_async()?
             .instantiate_async(store)
             .await
             .map_err(|e| SandboxError::Instantiate(format!("{e:#}")))
