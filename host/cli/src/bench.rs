@@ -69,6 +69,12 @@ pub enum Workload {
     Segments,
     /// Each built component: its size, the time to compile it, and the time to instantiate it.
     Components,
+    /// A new process's first durable commit, exec to exit, in every mode, with the compiled-
+    /// code cache warm and off.
+    ColdStart,
+    /// A plugin component composed with stele.wasm commits through `stele:log/wal`, durable
+    /// and not, against native.
+    Plugin,
     /// The archiver beside 16 durable writers: upload rate against the writer's, seal-to-
     /// archived lag, restore MB/s, commit p99 with and without it, requests per GiB.
     Archive,
@@ -80,12 +86,28 @@ enum Driver {
     Tasks,
 }
 
+/// The CPU time (user + system) every thread of this process has used so far, in seconds.
+/// A row's CPU is the difference across it: the engine, wasmtime, the drivers' threads and
+/// the kernel's work for the syscalls, however many threads share it.
+pub(crate) fn process_cpu_seconds() -> f64 {
+    // SAFETY: getrusage writes one rusage into the zeroed struct it is given.
+    let usage = unsafe {
+        let mut usage: libc::rusage = std::mem::zeroed();
+        libc::getrusage(libc::RUSAGE_SELF, &mut usage);
+        usage
+    };
+    let seconds = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
+    seconds(usage.ru_utime) + seconds(usage.ru_stime)
+}
+
 pub(crate) struct Row {
     system: String,
     mode: &'static str,
     writers: usize,
     pub(crate) records: usize,
     pub(crate) seconds: f64,
+    /// Process CPU time over the row (see [`process_cpu_seconds`]).
+    cpu_seconds: f64,
     syncs: u64,
     latencies_us: Vec<f64>,
 }
@@ -93,6 +115,9 @@ pub(crate) struct Row {
 impl Row {
     fn records_per_s(&self) -> f64 {
         self.records as f64 / self.seconds
+    }
+    fn cpu_us_per_record(&self) -> f64 {
+        self.cpu_seconds * 1e6 / self.records as f64
     }
     fn percentile(&self, p: f64) -> f64 {
         percentile(&self.latencies_us, p)
@@ -121,6 +146,7 @@ pub(crate) fn limit(dir: &Path, records: usize, payload: usize, preallocated: bo
         file.sync_all()?;
     }
     let mut latencies = Vec::with_capacity(records);
+    let cpu_started = process_cpu_seconds();
     let started = Instant::now();
     for i in 0..records {
         let t = Instant::now();
@@ -129,6 +155,7 @@ pub(crate) fn limit(dir: &Path, records: usize, payload: usize, preallocated: bo
         latencies.push(t.elapsed().as_secs_f64() * 1e6);
     }
     let seconds = started.elapsed().as_secs_f64();
+    let cpu_seconds = process_cpu_seconds() - cpu_started;
     std::fs::remove_file(&path)?;
     let system = if preallocated {
         "limit (pwrite prealloc + fdatasync)"
@@ -141,6 +168,7 @@ pub(crate) fn limit(dir: &Path, records: usize, payload: usize, preallocated: bo
         writers: 1,
         records,
         seconds,
+        cpu_seconds,
         syncs: records as u64,
         latencies_us: latencies,
     })
@@ -197,6 +225,7 @@ fn stele(
     let wal = Wal::create(fs, &name, options, mode)?;
     let per_writer = records.div_ceil(writers);
     let body = vec![0x5Au8; payload];
+    let cpu_started = process_cpu_seconds();
     let (latencies, seconds) = match driver {
         Driver::Threads => run_threads(writers, per_writer, || {
             let (wal, body) = (wal.clone(), &body);
@@ -235,6 +264,7 @@ fn stele(
             (latencies, started.elapsed().as_secs_f64())
         }
     };
+    let cpu_seconds = process_cpu_seconds() - cpu_started;
     let stats = wal.stats()?;
     let driver_name = if driver == Driver::Threads {
         "threads"
@@ -252,6 +282,7 @@ fn stele(
         writers,
         records: latencies.len(),
         seconds,
+        cpu_seconds,
         syncs: stats.groups,
         latencies_us: latencies,
     })
@@ -302,6 +333,7 @@ fn okaywal_row(dir: &Path, writers: usize, records: usize, payload: usize) -> Re
     let _ = std::fs::remove_dir_all(&path);
     let wal = okaywal::WriteAheadLog::recover(&path, okaywal::LogVoid)?;
     let body = vec![0x5Au8; payload];
+    let cpu_started = process_cpu_seconds();
     let (latencies, seconds) = run_threads(writers, records.div_ceil(writers), || {
         let (wal, body) = (wal.clone(), &body);
         Ok(move || -> Result<()> {
@@ -311,6 +343,7 @@ fn okaywal_row(dir: &Path, writers: usize, records: usize, payload: usize) -> Re
             Ok(())
         })
     })?;
+    let cpu_seconds = process_cpu_seconds() - cpu_started;
     drop(wal);
     let _ = std::fs::remove_dir_all(&path);
     Ok(Row {
@@ -319,6 +352,7 @@ fn okaywal_row(dir: &Path, writers: usize, records: usize, payload: usize) -> Re
         writers,
         records: latencies.len(),
         seconds,
+        cpu_seconds,
         syncs: 0,
         latencies_us: latencies,
     })
@@ -343,6 +377,7 @@ fn sqlite_row(dir: &Path, writers: usize, records: usize, payload: usize) -> Res
         [],
     )?;
     let body = vec![0x5Au8; payload];
+    let cpu_started = process_cpu_seconds();
     let (latencies, seconds) = run_threads(writers, records.div_ceil(writers), || {
         let (conn, body) = (open()?, &body);
         Ok(move || -> Result<()> {
@@ -350,12 +385,14 @@ fn sqlite_row(dir: &Path, writers: usize, records: usize, payload: usize) -> Res
             Ok(())
         })
     })?;
+    let cpu_seconds = process_cpu_seconds() - cpu_started;
     Ok(Row {
         system: "sqlite (WAL, synchronous=FULL)".into(),
         mode: "peer",
         writers,
         records: latencies.len(),
         seconds,
+        cpu_seconds,
         syncs: latencies.len() as u64,
         latencies_us: latencies,
     })
@@ -395,6 +432,14 @@ pub fn run(dir: &Path, args: &BenchArgs) -> Result<()> {
     if args.workloads.contains(&Workload::Components) {
         progress().set_message("components");
         components_table(dir)?;
+    }
+    if args.workloads.contains(&Workload::ColdStart) {
+        progress().set_message("cold start");
+        crate::bench_sandbox::cold_start_table(dir)?;
+    }
+    if args.workloads.contains(&Workload::Plugin) {
+        progress().set_message("plugin");
+        crate::bench_sandbox::plugin_table(dir, args)?;
     }
     if args.workloads.contains(&Workload::Archive) {
         progress().set_message("archive");
@@ -578,13 +623,13 @@ fn durable_commit_table(
          preallocated limit (one writer).\n"
     );
     println!(
-        "| system | writers | records/s | records/fsync | p50 µs | p99 µs | × native | × okaywal | × sqlite | × limit |"
+        "| system | writers | records/s | records/fsync | CPU µs/record | p50 µs | p99 µs | × native | × okaywal | × sqlite | × limit |"
     );
-    println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
     for r in &rows {
         let rate = r.records_per_s();
         println!(
-            "| {} | {} | {rate:.0} | {} | {:.0} | {:.0} | {} | {} | {} | {:.2} |",
+            "| {} | {} | {rate:.0} | {} | {:.1} | {:.0} | {:.0} | {} | {} | {} | {:.2} |",
             r.system,
             r.writers,
             if r.syncs == 0 {
@@ -592,6 +637,7 @@ fn durable_commit_table(
             } else {
                 format!("{:.1}", r.records as f64 / r.syncs as f64)
             },
+            r.cpu_us_per_record(),
             r.percentile(0.5),
             r.percentile(0.99),
             ratio(rate, rate_of(&rows, "stele native (threads)", r.writers)),
@@ -604,7 +650,7 @@ fn durable_commit_table(
         for r in &rows {
             writeln!(
                 out,
-                "{{\"workload\":\"durable-commit\",\"system\":\"{}\",\"mode\":\"{}\",\"writers\":{},\"payload_bytes\":{payload},\"records_per_s\":{:.1},\"mb_per_s\":{:.3},\"fsyncs_per_record\":{},\"p50_us\":{:.1},\"p99_us\":{:.1}}}",
+                "{{\"workload\":\"durable-commit\",\"system\":\"{}\",\"mode\":\"{}\",\"writers\":{},\"payload_bytes\":{payload},\"records_per_s\":{:.1},\"mb_per_s\":{:.3},\"fsyncs_per_record\":{},\"p50_us\":{:.1},\"p99_us\":{:.1},\"cpu_us_per_record\":{:.2}}}",
                 r.system,
                 r.mode,
                 r.writers,
@@ -617,6 +663,7 @@ fn durable_commit_table(
                 },
                 r.percentile(0.5),
                 r.percentile(0.99),
+                r.cpu_us_per_record(),
             )?;
         }
     }
@@ -691,9 +738,11 @@ fn journal_table(dir: &Path, args: &BenchArgs, json: Option<&mut std::fs::File>)
         }
         let mut latencies: Vec<Vec<f64>> = vec![Vec::with_capacity(appends); systems.len()];
         let mut seconds = vec![0f64; systems.len()];
+        let mut cpu_seconds = vec![0f64; systems.len()];
         let mut buf = frames.clone();
         for _ in 0..appends / ROUND {
             for (k, system) in systems.iter_mut().enumerate() {
+                let cpu_started = process_cpu_seconds();
                 let started = Instant::now();
                 for _ in 0..ROUND {
                     let t = Instant::now();
@@ -701,13 +750,14 @@ fn journal_table(dir: &Path, args: &BenchArgs, json: Option<&mut std::fs::File>)
                     latencies[k].push(t.elapsed().as_secs_f64() * 1e6);
                 }
                 seconds[k] += started.elapsed().as_secs_f64();
+                cpu_seconds[k] += process_cpu_seconds() - cpu_started;
             }
         }
         let rows: Vec<Row> = systems
             .iter()
             .zip(latencies)
-            .zip(seconds)
-            .map(|((system, latencies_us), seconds)| Row {
+            .zip(seconds.into_iter().zip(cpu_seconds))
+            .map(|((system, latencies_us), (seconds, cpu_seconds))| Row {
                 system: system.name(),
                 mode: match system {
                     JournalSystem::TokioFs(_) => "raw",
@@ -716,6 +766,7 @@ fn journal_table(dir: &Path, args: &BenchArgs, json: Option<&mut std::fs::File>)
                 writers: 1,
                 records: latencies_us.len(),
                 seconds,
+                cpu_seconds,
                 syncs: latencies_us.len() as u64,
                 latencies_us,
             })
@@ -730,13 +781,16 @@ fn journal_table(dir: &Path, args: &BenchArgs, json: Option<&mut std::fs::File>)
         journal_payload(args),
         frames.len()
     );
-    println!("| system | appends/s | p50 µs | p99 µs | p50 × tokio::fs | appends/s × tokio::fs |");
-    println!("|---|---:|---:|---:|---:|---:|");
+    println!(
+        "| system | appends/s | CPU µs/append | p50 µs | p99 µs | p50 × tokio::fs | appends/s × tokio::fs |"
+    );
+    println!("|---|---:|---:|---:|---:|---:|---:|");
     for r in &rows {
         println!(
-            "| {} | {:.0} | {:.0} | {:.0} | {:.2} | {:.2} |",
+            "| {} | {:.0} | {:.1} | {:.0} | {:.0} | {:.2} | {:.2} |",
             r.system,
             r.records_per_s(),
+            r.cpu_us_per_record(),
             r.percentile(0.5),
             r.percentile(0.99),
             r.percentile(0.5) / peer_p50,
@@ -841,8 +895,10 @@ fn push_log_table(dir: &Path, args: &BenchArgs, json: Option<&mut std::fs::File>
     ];
     let mut latencies: Vec<Vec<f64>> = vec![Vec::with_capacity(pushes); systems.len()];
     let mut append_s = vec![0f64; systems.len()];
+    let mut append_cpu_s = vec![0f64; systems.len()];
     for _ in 0..pushes / ROUND {
         for (k, (_, _, system)) in systems.iter_mut().enumerate() {
+            let cpu_started = process_cpu_seconds();
             let started = Instant::now();
             for _ in 0..ROUND {
                 let t = Instant::now();
@@ -859,6 +915,7 @@ fn push_log_table(dir: &Path, args: &BenchArgs, json: Option<&mut std::fs::File>
                 latencies[k].push(t.elapsed().as_secs_f64() * 1e6);
             }
             append_s[k] += started.elapsed().as_secs_f64();
+            append_cpu_s[k] += process_cpu_seconds() - cpu_started;
         }
     }
     // Scans read from the page cache (the files were just written): they measure decoding
@@ -911,14 +968,15 @@ fn push_log_table(dir: &Path, args: &BenchArgs, json: Option<&mut std::fs::File>
         ipc_bytes as f64 / 1e6
     );
     println!(
-        "| system | mode | append MB/s | pushes/s | p50 ms | p99 ms | scan MB/s | append × raw | scan × raw |"
+        "| system | mode | append MB/s | pushes/s | CPU ms/push | p50 ms | p99 ms | scan MB/s | append × raw | scan × raw |"
     );
-    println!("|---|---|---:|---:|---:|---:|---:|---:|---:|");
+    println!("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|");
     for (k, (system, mode, _)) in systems.iter().enumerate() {
         let (append, scan, p50, p99) = stats[k];
         println!(
-            "| {system} | {mode} | {append:.0} | {:.0} | {:.2} | {:.2} | {scan:.0} | {:.2} | {:.2} |",
+            "| {system} | {mode} | {append:.0} | {:.0} | {:.2} | {:.2} | {:.2} | {scan:.0} | {:.2} | {:.2} |",
             append * 1e6 / ipc_bytes as f64,
+            append_cpu_s[k] * 1e3 / pushes as f64,
             p50 / 1e3,
             p99 / 1e3,
             append / stats[0].0,
@@ -954,6 +1012,7 @@ fn non_durable_table(dir: &Path, args: &BenchArgs, json: Option<&mut std::fs::Fi
     let body = vec![0x5Au8; PAYLOAD];
     let fs = Arc::new(RealFs::open_root(dir)?);
     let mut rates: Vec<Vec<f64>> = vec![Vec::new(); Mode::ALL.len()];
+    let mut cpu_us: Vec<Vec<f64>> = vec![Vec::new(); Mode::ALL.len()];
     for _ in 0..3 {
         for (k, mode) in Mode::ALL.into_iter().enumerate() {
             let name = format!("bench-nondurable-{}.wal", mode.name());
@@ -963,12 +1022,14 @@ fn non_durable_table(dir: &Path, args: &BenchArgs, json: Option<&mut std::fs::Fi
                 ..WalOptions::single_file(DurabilityPolicy::Skip)
             };
             let wal = Wal::create(fs.clone(), &name, options, mode)?;
+            let cpu_started = process_cpu_seconds();
             let started = Instant::now();
             for _ in 0..records {
                 wal.commit(1, &body)?;
             }
             wal.flush()?;
             rates[k].push(records as f64 / started.elapsed().as_secs_f64());
+            cpu_us[k].push((process_cpu_seconds() - cpu_started) * 1e6 / records as f64);
         }
     }
     let median = |v: &[f64]| {
@@ -977,19 +1038,22 @@ fn non_durable_table(dir: &Path, args: &BenchArgs, json: Option<&mut std::fs::Fi
         v[v.len() / 2]
     };
     let native = median(&rates[0]);
+    let native_cpu = median(&cpu_us[0]);
     println!(
         "\nNon-durable commits of {PAYLOAD} B (policy Skip: written, not synced), one writer, \
          {records} per row then one flush; median of 3 alternated rounds; ratios against native.\n"
     );
-    println!("| mode | records/s | MB/s | × native |");
-    println!("|---|---:|---:|---:|");
+    println!("| mode | records/s | MB/s | CPU µs/record | × native | CPU × native |");
+    println!("|---|---:|---:|---:|---:|---:|");
     for (k, mode) in Mode::ALL.into_iter().enumerate() {
         let rate = median(&rates[k]);
+        let cpu = median(&cpu_us[k]);
         println!(
-            "| stele {} | {rate:.0} | {:.1} | {:.2} |",
+            "| stele {} | {rate:.0} | {:.1} | {cpu:.2} | {:.2} | {:.2} |",
             mode.name(),
             rate * PAYLOAD as f64 / 1e6,
-            rate / native
+            rate / native,
+            cpu / native_cpu,
         );
     }
     if let Some(out) = json {
@@ -1087,7 +1151,7 @@ const INSTANTIATIONS: usize = 200;
 /// The composed components `build.rs` made: the engine with the WASI-filesystem adapter, and
 /// the example plugin with the engine.
 static STELE_WASI_WASM: &[u8] = include_bytes!(env!("STELE_WASI_WASM"));
-static EXAMPLE_PLUGIN_WASM: &[u8] = include_bytes!(env!("STELE_EXAMPLE_PLUGIN_WASM"));
+pub(crate) static EXAMPLE_PLUGIN_WASM: &[u8] = include_bytes!(env!("STELE_EXAMPLE_PLUGIN_WASM"));
 
 /// What a `stele-wasi.wasm` store holds: WASI alone, as a foreign host would give it.
 struct WasiOnly {

@@ -15,6 +15,7 @@ use stele_host::{Journal, Mode, Wal, WalError, read_wal, replay_journal};
 mod archive_cmd;
 mod bench;
 mod bench_archive;
+mod bench_sandbox;
 mod inspect_cmd;
 mod progress;
 mod push_log_cmd;
@@ -100,7 +101,7 @@ enum Command {
             long,
             value_enum,
             value_delimiter = ',',
-            default_value = "wal,segments,non-durable,recovery,journal,push-log,components,archive"
+            default_value = "wal,segments,non-durable,recovery,journal,push-log,components,cold-start,plugin,archive"
         )]
         workloads: Vec<bench::Workload>,
         /// Journal appends per system.

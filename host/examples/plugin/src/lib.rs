@@ -73,4 +73,38 @@ impl Guest for Plugin {
             }
         }
     }
+
+    fn commit_each(
+        path: String,
+        count: u32,
+        payload_bytes: u32,
+        durable: bool,
+    ) -> Result<u64, String> {
+        let options = WalOptions {
+            // Under a syncing policy a lone writer's `commit` leads its group and waits for
+            // the sync; `skip` is what makes the non-durable loop non-durable.
+            policy: if durable {
+                DurabilityPolicy::Barrier
+            } else {
+                DurabilityPolicy::Skip
+            },
+            first_seq: 1,
+            group_bytes_max: None,
+            retained_bytes_max: 0,
+            segment_bytes: None,
+        };
+        let writer = Writer::create(&path, options).map_err(|e| format!("create {path}: {e:?}"))?;
+        let payload = vec![0x5A; payload_bytes as usize];
+        let mut last = 0;
+        for _ in 0..count {
+            last = if durable {
+                writer.commit_durable(OP_EVENT, &payload)
+            } else {
+                writer.commit(OP_EVENT, &payload)
+            }
+            .map_err(|e| format!("commit to {path}: {e:?}"))?;
+        }
+        writer.flush().map_err(|e| format!("flush {path}: {e:?}"))?;
+        Ok(last)
+    }
 }
