@@ -34,6 +34,10 @@ pub static COMPONENT_WASM: &[u8] = include_bytes!(env!("STELE_COMPONENT_WASM_EMB
 pub static COMPONENT_ASYNC_WASM: &[u8] =
     include_bytes!(env!("STELE_COMPONENT_ASYNC_WASM_EMBEDDED"));
 
+/// Set to `perfmap` to have the default engine write `/tmp/perf-<pid>.map`, so that `perf
+/// report` names the guest's functions (the profile in `docs/BENCHMARKS.md` was taken so).
+pub const PROFILER_ENV: &str = "STELE_WASM_PROFILER";
+
 /// Default bound on one instance's linear memory. The engine keeps at most one group (16 MiB
 /// under full sync), its retained records (64 MiB by default) and a replay window (one frame,
 /// up to 64 MiB) in memory; 256 MiB covers that with room to spare. Chosen, not measured.
@@ -277,6 +281,9 @@ impl Runtime {
         // For the busy deadline: every loop head and function entry checks the epoch. Stores
         // without a deadline never reach theirs.
         config.epoch_interruption(true);
+        if std::env::var_os(PROFILER_ENV).is_some_and(|v| v == "perfmap") {
+            config.profiler(wasmtime::ProfilingStrategy::PerfMap);
+        }
         config
     }
 
