@@ -82,9 +82,15 @@ pub struct Wal {
 /// The tokio API over a [`Wal`]: the same log, and sandboxed the same instance, so threads and
 /// tasks share groups. `Clone`, `Send + Sync`.
 ///
-/// Cancellation: dropping a future returned here never loses a record. Natively the call runs
-/// to completion on tokio's blocking pool; sandboxed the guest task runs to completion in the
-/// instance. A record staged by a dropped call becomes durable with its group.
+/// Natively, commits and flushes wait as tasks (`WalWriter::commit_many_durable_async` and
+/// its siblings): a waiting call holds a waker, not a thread, and only a group's write and sync
+/// run on tokio's blocking pool, once per group; the rarer calls run whole on the pool.
+/// Sandboxed-plain, every call runs on the pool.
+///
+/// Cancellation: dropping a future returned here never loses a record. Natively a dropped
+/// call's records are staged before it first waits and go out with the next group (a leader's
+/// turn it started runs to its end on the pool); sandboxed the guest task runs to completion in
+/// the instance. A record staged by a dropped call becomes durable with its group.
 #[derive(Clone, Debug)]
 pub struct AsyncWal {
     wal: Wal,
@@ -93,7 +99,9 @@ pub struct AsyncWal {
 // One `Inner` per log, behind an `Arc`: the variants' sizes do not matter.
 #[allow(clippy::large_enum_variant)]
 enum Inner {
-    Native(WalWriter),
+    /// In an `Arc` of its own, for [`AsyncWal`]'s task driver (`WalWriter::*_async`), whose
+    /// leader's turn outlives the call that started it.
+    Native(Arc<WalWriter>),
     Async(AsyncSandbox),
     Plain(Mutex<PlainInstance>),
 }
@@ -136,9 +144,9 @@ impl Wal {
     ) -> Result<Wal, WalError> {
         let inner = match mode {
             Mode::Native if options.segment_bytes.is_some() => {
-                Inner::Native(WalWriter::create_segmented(vfs, path, options)?)
+                Inner::Native(Arc::new(WalWriter::create_segmented(vfs, path, options)?))
             }
-            Mode::Native => Inner::Native(WalWriter::create_with(&*vfs, path, options)?),
+            Mode::Native => Inner::Native(Arc::new(WalWriter::create_with(&*vfs, path, options)?)),
             Mode::Sandboxed => {
                 Inner::Async(AsyncSandbox::start(vfs, path, options, limits, true)?.0)
             }
@@ -185,11 +193,11 @@ impl Wal {
         let (inner, recovery) = match mode {
             Mode::Native if options.segment_bytes.is_some() => {
                 let (writer, found) = WalWriter::open_segmented(vfs, path, options)?;
-                (Inner::Native(writer), found.recovery)
+                (Inner::Native(Arc::new(writer)), found.recovery)
             }
             Mode::Native => {
                 let (writer, recovery) = WalWriter::open_with(&*vfs, path, options)?;
-                (Inner::Native(writer), recovery)
+                (Inner::Native(Arc::new(writer)), recovery)
             }
             Mode::Sandboxed => {
                 let (sandbox, recovery) = AsyncSandbox::start(vfs, path, options, limits, false)?;
@@ -584,7 +592,11 @@ impl AsyncWal {
                 s.request(|reply| Request::CommitMany { records, reply })
                     .await
             }
-            _ => {
+            Inner::Native(w) => {
+                self.wal.admit(records)?;
+                Ok(w.commit_many_async(records).await?)
+            }
+            Inner::Plain(_) => {
                 let owned: Vec<(u16, Vec<u8>)> =
                     records.iter().map(|(op, p)| (*op, p.to_vec())).collect();
                 self.blocking(move |w| w.commit_many(&borrow_batch(&owned)))
@@ -611,7 +623,11 @@ impl AsyncWal {
                 })
                 .await
             }
-            _ => {
+            Inner::Native(w) => {
+                self.wal.admit(records)?;
+                Ok(w.commit_many_durable_async(records).await?)
+            }
+            Inner::Plain(_) => {
                 let owned: Vec<(u16, Vec<u8>)> =
                     records.iter().map(|(op, p)| (*op, p.to_vec())).collect();
                 self.blocking(move |w| w.commit_many_durable(&borrow_batch(&owned)))
@@ -625,7 +641,8 @@ impl AsyncWal {
     pub async fn flush(&self) -> Result<(), WalError> {
         match &*self.wal.inner {
             Inner::Async(s) => s.request(|reply| Request::Flush { reply }).await,
-            _ => self.blocking(|w| w.flush()).await,
+            Inner::Native(w) => Ok(w.flush_async().await?),
+            Inner::Plain(_) => self.blocking(|w| w.flush()).await,
         }
     }
 

@@ -45,11 +45,13 @@ const _: () = assert!(BODY_BYTES_MAX <= u32::MAX as usize, "body_len is a u32");
 
 /// Inside the component, the shortest input whose CRC the host computes (the `vfs` import
 /// `crc32c-append`) rather than the guest. WebAssembly has no CRC instruction: the guest's
-/// table-driven loop costs about 9 instructions per byte, and a call to the host about 300
-/// for any length (entry, copying the bytes out, the CPU's CRC instruction). Below a few dozen
-/// bytes the guest is cheaper; a 128-byte WAL record's frame already goes to the host.
+/// table-driven loop costs about 9.5 instructions per byte, and a call to the host about 2,100
+/// whatever the length (wasmtime's host-call entry and exit, copying the bytes out, then the
+/// CPU's CRC instruction at about 20 GB/s), by callgrind's count. They break even near 230
+/// bytes; 512 leaves the host only inputs it wins by 2x or more (a 0.9 MB push-log frame, by
+/// 4,000x), and leaves small WAL records' frames in the guest.
 #[cfg(target_arch = "wasm32")]
-const HOST_CRC_BYTES_MIN: usize = 64;
+const HOST_CRC_BYTES_MIN: usize = 512;
 
 /// CRC32C of `bytes`.
 pub fn crc32c(bytes: &[u8]) -> u32 {

@@ -3,8 +3,9 @@
 //! What it owns: the WAL file format ([`record`], on top of [`crate::frame`] and
 //! [`crate::header`]), segments ([`segment`]), recovery ([`mod@replay`]), the group-commit
 //! state machine ([`group_commit::GroupCommit`], sans-I/O), the one implementation of
-//! carrying out its groups ([`executor`], over [`crate::vfs::FileIo`]) and the thread driver
-//! ([`WalWriter`]).
+//! carrying out its groups ([`executor`], over [`crate::vfs::FileIo`]) and the native drivers:
+//! threads ([`WalWriter`]) and, over the same writer, tokio tasks
+//! ([`WalWriter::commit_many_durable_async`] and its siblings).
 //!
 //! What it promises, in one place (the method docs repeat the part that concerns them):
 //! - Sequences are dense: every committed record gets the next [`LogSeq`], and replay refuses a

@@ -1,5 +1,6 @@
 //! [`WalWriter`]: the thread driver of [`GroupCommit`]. Caller threads are leader and
-//! followers; there is no timer and no background thread.
+//! followers; there is no timer and no background thread. Its task driver ([`tasks`]) lets
+//! tokio tasks wait and lead on the same writer.
 
 use std::ops::Range;
 use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
@@ -27,6 +28,9 @@ use super::{
 use crate::recovery::LogEnd;
 
 pub use super::group_commit::{VisibleRecord, WalRetirement, WalWriterStats};
+
+#[cfg(not(target_arch = "wasm32"))]
+mod tasks;
 
 /// Whether [`setup_log`] starts a new log or recovers an existing one.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -373,8 +377,17 @@ struct ParkedWaiter {
 /// it parks; the leader that takes it off `parked` is then the only one to write it.
 #[derive(Debug)]
 struct WakeSlot {
-    thread: Thread,
+    sleeper: Sleeper,
     verdict: AtomicU8,
+}
+
+/// Who waits on a [`WakeSlot`]: a parked thread (the thread driver) or a task (the task
+/// driver, [`tasks`]), woken through its waker.
+#[derive(Debug)]
+enum Sleeper {
+    Thread(Thread),
+    /// The waker of the task's latest poll; the leader takes it to wake.
+    Task(Mutex<Option<std::task::Waker>>),
 }
 
 /// What a parked waiter is woken with.
@@ -396,9 +409,19 @@ const ASLEEP: u8 = 0;
 impl WakeSlot {
     fn for_current_thread() -> Arc<Self> {
         Arc::new(WakeSlot {
-            thread: thread::current(),
+            sleeper: Sleeper::Thread(thread::current()),
             verdict: AtomicU8::new(ASLEEP),
         })
+    }
+
+    /// The verdict, once the leader has set one.
+    fn verdict(&self) -> Option<Verdict> {
+        match self.verdict.load(Ordering::Acquire) {
+            v if v == Verdict::Durable as u8 => Some(Verdict::Durable),
+            v if v == Verdict::Failed as u8 => Some(Verdict::Failed),
+            v if v == Verdict::Recheck as u8 => Some(Verdict::Recheck),
+            _ => None,
+        }
     }
 
     /// Sleeps until a verdict is set. `park` may return spuriously or for an earlier `unpark`,
@@ -409,18 +432,23 @@ impl WakeSlot {
     )]
     fn wait(&self) -> Verdict {
         loop {
-            match self.verdict.load(Ordering::Acquire) {
-                v if v == Verdict::Durable as u8 => return Verdict::Durable,
-                v if v == Verdict::Failed as u8 => return Verdict::Failed,
-                v if v == Verdict::Recheck as u8 => return Verdict::Recheck,
-                _ => thread::park(),
+            match self.verdict() {
+                Some(verdict) => return verdict,
+                None => thread::park(),
             }
         }
     }
 
     fn wake(&self, verdict: Verdict) {
         self.verdict.store(verdict as u8, Ordering::Release);
-        self.thread.unpark();
+        match &self.sleeper {
+            Sleeper::Thread(thread) => thread.unpark(),
+            Sleeper::Task(waker) => {
+                if let Some(waker) = lock(waker).take() {
+                    waker.wake();
+                }
+            }
+        }
     }
 }
 

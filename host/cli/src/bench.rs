@@ -587,6 +587,16 @@ fn rate_of(rows: &[Row], system: &str, writers: usize) -> Option<f64> {
         .map(Row::records_per_s)
 }
 
+/// The native row a Stele row is compared with: the one with the same driver, so that a
+/// sandboxed task row's ratio is the sandbox's price, not tokio's.
+fn native_peer(system: &str) -> &'static str {
+    if system.contains("(tokio tasks") {
+        "stele native (tokio tasks)"
+    } else {
+        "stele native (threads)"
+    }
+}
+
 fn ratio(rate: f64, against: Option<f64>) -> String {
     against.map_or("-".into(), |a| format!("{:.2}", rate / a))
 }
@@ -606,6 +616,7 @@ fn durable_commit_table(
         // Alternate the systems at each N so that they share the machine's noise.
         for (mode, driver, records) in [
             (Mode::Native, Driver::Threads, args.records),
+            (Mode::Native, Driver::Tasks, args.records),
             (Mode::Sandboxed, Driver::Threads, args.records),
             (Mode::Sandboxed, Driver::Tasks, args.records),
             (Mode::SandboxedPlain, Driver::Threads, one_sync_per_commit),
@@ -619,7 +630,7 @@ fn durable_commit_table(
     let limit_rps = rows[0].records_per_s();
     println!(
         "\nDurable commits of {payload} B (Stele's policy Barrier = fdatasync on Linux), one run; \
-         ratios against stele native threads, okaywal and sqlite at the same N, and against the \
+         ratios against stele native with the same driver (threads or tokio tasks), okaywal and sqlite at the same N, and against the \
          preallocated limit (one writer).\n"
     );
     println!(
@@ -640,7 +651,7 @@ fn durable_commit_table(
             r.cpu_us_per_record(),
             r.percentile(0.5),
             r.percentile(0.99),
-            ratio(rate, rate_of(&rows, "stele native (threads)", r.writers)),
+            ratio(rate, rate_of(&rows, native_peer(&r.system), r.writers)),
             ratio(rate, rate_of(&rows, "okaywal", r.writers)),
             ratio(rate, rate_of(&rows, "sqlite", r.writers)),
             rate / limit_rps,
