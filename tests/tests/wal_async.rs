@@ -29,6 +29,38 @@ fn check_recovered(vfs: Arc<dyn Vfs>, path: &str, mode: Mode, expected: usize) {
     }
 }
 
+/// `tasks` tasks, each making `each` durable commits of `bytes`-byte payloads; every seq
+/// they got back.
+async fn durable_commits_from_tasks(
+    wal: &stele_host::AsyncWal,
+    tasks: u64,
+    each: u64,
+    bytes: usize,
+) -> Vec<u64> {
+    let handles: Vec<_> = (0..tasks)
+        .map(|t| {
+            let wal = wal.clone();
+            tokio::spawn(async move {
+                let mut seqs = Vec::new();
+                for i in 0..each {
+                    seqs.push(
+                        wal.commit_durable(1, &payload(t, i, bytes))
+                            .await
+                            .unwrap()
+                            .0,
+                    );
+                }
+                seqs
+            })
+        })
+        .collect();
+    let mut all = Vec::new();
+    for h in handles {
+        all.extend(h.await.unwrap());
+    }
+    all
+}
+
 fn tasks_64_x_200_durable_commits(mode: Mode) {
     const TASKS: u64 = 64;
     const EACH: u64 = 200;
@@ -36,25 +68,7 @@ fn tasks_64_x_200_durable_commits(mode: Mode) {
     let wal = Wal::create(root.vfs(), "t.wal", options(), mode)
         .unwrap()
         .to_async();
-    let seqs: Vec<u64> = tokio_runtime(4).block_on(async {
-        let handles: Vec<_> = (0..TASKS)
-            .map(|t| {
-                let wal = wal.clone();
-                tokio::spawn(async move {
-                    let mut seqs = Vec::new();
-                    for i in 0..EACH {
-                        seqs.push(wal.commit_durable(1, &payload(t, i, 128)).await.unwrap().0);
-                    }
-                    seqs
-                })
-            })
-            .collect();
-        let mut all = Vec::new();
-        for h in handles {
-            all.extend(h.await.unwrap());
-        }
-        all
-    });
+    let seqs = tokio_runtime(4).block_on(durable_commits_from_tasks(&wal, TASKS, EACH, 128));
     let mut sorted = seqs.clone();
     sorted.sort_unstable();
     assert_eq!(
@@ -356,25 +370,7 @@ fn native_tasks_on_a_current_thread_runtime_share_groups() {
         .enable_all()
         .build()
         .unwrap();
-    let mut seqs: Vec<u64> = runtime.block_on(async {
-        let handles: Vec<_> = (0..TASKS)
-            .map(|t| {
-                let wal = wal.clone();
-                tokio::spawn(async move {
-                    let mut seqs = Vec::new();
-                    for i in 0..EACH {
-                        seqs.push(wal.commit_durable(1, &payload(t, i, 64)).await.unwrap().0);
-                    }
-                    seqs
-                })
-            })
-            .collect();
-        let mut all = Vec::new();
-        for h in handles {
-            all.extend(h.await.unwrap());
-        }
-        all
-    });
+    let mut seqs = runtime.block_on(durable_commits_from_tasks(&wal, TASKS, EACH, 64));
     seqs.sort_unstable();
     assert_eq!(seqs, (0..TASKS * EACH).collect::<Vec<_>>());
     let stats = wal.to_sync().stats().unwrap();

@@ -38,7 +38,7 @@ impl WalWriter {
         self: &Arc<Self>,
         records: &[(u16, &[u8])],
     ) -> Result<Range<LogSeq>, WalWriteError> {
-        let wait = {
+        let (wait, range) = {
             let mut core = lock(&self.core);
             let range = core.stage(records)?;
             if range.is_empty() {
@@ -47,7 +47,6 @@ impl WalWriter {
             core.register_durable_wait(range.end);
             (DurableWait::registered(self, range.end), range)
         };
-        let (wait, range) = wait;
         wait.until_durable().await?;
         Ok(range)
     }
@@ -80,7 +79,7 @@ impl WalWriter {
         self: &Arc<Self>,
         records: &[(u16, &[u8])],
     ) -> Result<Range<LogSeq>, WalWriteError> {
-        let leadership = {
+        let (range, leadership) = {
             let mut core = lock(&self.core);
             let range = core.stage(records)?;
             if range.is_empty() {
@@ -92,7 +91,6 @@ impl WalWriter {
                 None => return Ok(range),
             }
         };
-        let (range, leadership) = leadership;
         lead_from_task(self, leadership).await;
         let core = lock(&self.core);
         if let Some(cause) = core.failure()
