@@ -159,7 +159,11 @@ fn load(engine: &Engine, file_bytes: &[u8]) -> Result<Component, String> {
 /// Writes `compiled` and its trailer to `file`, atomically.
 fn store(dir: &Path, file: &Path, compiled: &[u8]) -> std::io::Result<()> {
     create_private_dir(dir)?;
-    let temp = file.with_extension(format!("tmp{}", std::process::id()));
+    // Unique per write: processes that miss at once, and threads of one process calling
+    // `load_or_compile` at once, each write a file of their own before the rename.
+    static WRITES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let write = WRITES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let temp = file.with_extension(format!("tmp{}-{write}", std::process::id()));
     let written = (|| {
         let mut out = std::fs::File::create(&temp)?;
         out.write_all(compiled)?;
