@@ -227,20 +227,27 @@ pub struct Runtime {
 
 static RUNTIME: OnceLock<Result<Runtime, String>> = OnceLock::new();
 
+/// What `cell` holds, made by `load` on first use. A failure is kept as its message, so every
+/// later call gets the same [`SandboxError::Load`] without loading again.
+fn loaded<T>(
+    cell: &OnceLock<Result<T, String>>,
+    load: impl FnOnce() -> wasmtime::Result<T>,
+) -> Result<&T, SandboxError> {
+    cell.get_or_init(|| load().map_err(|e| format!("{e:#}")))
+        .as_ref()
+        .map_err(|e| SandboxError::Load(e.clone()))
+}
+
 impl Runtime {
     /// The process's runtime, which [`crate::Wal`], [`crate::Journal`] and [`crate::PushLog`]
     /// run their sandboxed modes on. Made on first use, on an engine of Stele's own
     /// ([`Runtime::default_config`]), unless [`Runtime::init_with_engine`] came first. Its
     /// compiled code is cached where [`crate::code_cache::default_dir`] says.
     pub fn get() -> Result<&'static Runtime, SandboxError> {
-        RUNTIME
-            .get_or_init(|| {
-                Engine::new(&Runtime::default_config())
-                    .map(|engine| Runtime::new(engine, crate::code_cache::default_dir()))
-                    .map_err(|e| format!("{e:#}"))
-            })
-            .as_ref()
-            .map_err(|e| SandboxError::Load(e.clone()))
+        loaded(&RUNTIME, || {
+            Engine::new(&Runtime::default_config())
+                .map(|engine| Runtime::new(engine, crate::code_cache::default_dir()))
+        })
     }
 
     /// Makes the process's runtime on `engine`, the embedder's own, so that Stele's sandboxed
@@ -311,36 +318,24 @@ impl Runtime {
     /// The plain build, linked through the public [`crate::add_to_linker_sync`], the path an
     /// embedder takes.
     fn pre(&self) -> Result<&bindings::EnginePre<GuestState>, SandboxError> {
-        self.pre
-            .get_or_init(|| {
-                (|| {
-                    let component = self.component("stele", COMPONENT_WASM)?;
-                    let mut linker = Linker::<GuestState>::new(&self.engine);
-                    wasmtime_wasi::p2::add_to_linker_sync(&mut linker)?;
-                    crate::add_to_linker_sync(&mut linker)?;
-                    bindings::EnginePre::new(linker.instantiate_pre(&component)?)
-                })()
-                .map_err(|e| format!("{e:#}"))
-            })
-            .as_ref()
-            .map_err(|e| SandboxError::Load(e.clone()))
+        loaded(&self.pre, || {
+            let component = self.component("stele", COMPONENT_WASM)?;
+            let mut linker = Linker::<GuestState>::new(&self.engine);
+            wasmtime_wasi::p2::add_to_linker_sync(&mut linker)?;
+            crate::add_to_linker_sync(&mut linker)?;
+            bindings::EnginePre::new(linker.instantiate_pre(&component)?)
+        })
     }
 
     /// The async build, linked through the public [`crate::add_to_linker_async`].
     fn pre_async(&self) -> Result<&bindings_async::EngineAsyncPre<GuestState>, SandboxError> {
-        self.pre_async
-            .get_or_init(|| {
-                (|| {
-                    let component = self.component("stele-async", COMPONENT_ASYNC_WASM)?;
-                    let mut linker = Linker::<GuestState>::new(&self.engine);
-                    wasmtime_wasi::p2::add_to_linker_sync(&mut linker)?;
-                    crate::add_to_linker_async(&mut linker)?;
-                    bindings_async::EngineAsyncPre::new(linker.instantiate_pre(&component)?)
-                })()
-                .map_err(|e| format!("{e:#}"))
-            })
-            .as_ref()
-            .map_err(|e| SandboxError::Load(e.clone()))
+        loaded(&self.pre_async, || {
+            let component = self.component("stele-async", COMPONENT_ASYNC_WASM)?;
+            let mut linker = Linker::<GuestState>::new(&self.engine);
+            wasmtime_wasi::p2::add_to_linker_sync(&mut linker)?;
+            crate::add_to_linker_async(&mut linker)?;
+            bindings_async::EngineAsyncPre::new(linker.instantiate_pre(&component)?)
+        })
     }
 
     /// The process-wide wasmtime engine the components run on.

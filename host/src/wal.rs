@@ -83,13 +83,14 @@ pub struct Wal {
 /// tasks share groups. `Clone`, `Send + Sync`.
 ///
 /// Natively, commits and flushes wait as tasks (`WalWriter::commit_many_durable_async` and
-/// its siblings): a waiting call holds a waker, not a thread, and only a group's write and sync
-/// run on tokio's blocking pool, once per group; the rarer calls run whole on the pool.
-/// Sandboxed-plain, every call runs on the pool.
+/// its siblings): a waiting call holds a waker, not a thread, and only a group's leader blocks,
+/// once per group (in `block_in_place` on a multi-thread runtime, on the blocking pool on a
+/// current-thread one); the rarer calls run whole on the blocking pool. Sandboxed-plain, every
+/// call runs on the blocking pool.
 ///
 /// Cancellation: dropping a future returned here never loses a record. Natively a dropped
 /// call's records are staged before it first waits and go out with the next group (a leader's
-/// turn it started runs to its end on the pool); sandboxed the guest task runs to completion in
+/// turn it started runs to its end); sandboxed the guest task runs to completion in
 /// the instance. A record staged by a dropped call becomes durable with its group.
 #[derive(Clone, Debug)]
 pub struct AsyncWal {

@@ -386,7 +386,9 @@ struct WakeSlot {
 #[derive(Debug)]
 enum Sleeper {
     Thread(Thread),
-    /// The waker of the task's latest poll; the leader takes it to wake.
+    /// The waker of the task's latest poll; the leader takes it to wake. Native only: the
+    /// component drives its own waits (`guest::wal_async`).
+    #[cfg(not(target_arch = "wasm32"))]
     Task(Mutex<Option<std::task::Waker>>),
 }
 
@@ -410,6 +412,15 @@ impl WakeSlot {
     fn for_current_thread() -> Arc<Self> {
         Arc::new(WakeSlot {
             sleeper: Sleeper::Thread(thread::current()),
+            verdict: AtomicU8::new(ASLEEP),
+        })
+    }
+
+    /// A slot for a task of the task driver, woken through the waker its wait stores.
+    #[cfg(not(target_arch = "wasm32"))]
+    fn for_task() -> Arc<Self> {
+        Arc::new(WakeSlot {
+            sleeper: Sleeper::Task(Mutex::new(None)),
             verdict: AtomicU8::new(ASLEEP),
         })
     }
@@ -443,6 +454,7 @@ impl WakeSlot {
         self.verdict.store(verdict as u8, Ordering::Release);
         match &self.sleeper {
             Sleeper::Thread(thread) => thread.unpark(),
+            #[cfg(not(target_arch = "wasm32"))]
             Sleeper::Task(waker) => {
                 if let Some(waker) = lock(waker).take() {
                     waker.wake();
@@ -687,13 +699,7 @@ impl WalWriter {
         let departing = self.departing_count(&core);
         if let Some(leadership) = core.claim_leadership(departing) {
             core = self.lead(core, leadership);
-            if let Some(cause) = core.failure()
-                && core.durable_end() < range.end
-            {
-                return Err(WalWriteError::Failed {
-                    cause: cause.clone(),
-                });
-            }
+            return led_commit_outcome(&core, range);
         }
         Ok(range)
     }
@@ -817,15 +823,28 @@ impl WalWriter {
                 }
                 Verdict::Failed => {
                     self.departed();
-                    let core = lock(&self.core);
-                    let cause = core.failure().expect("a failed verdict follows a failure");
-                    return Err(WalWriteError::Failed {
-                        cause: cause.clone(),
-                    });
+                    return Err(self.failure_behind_verdict());
                 }
                 Verdict::Recheck => core = lock(&self.core),
             }
         }
+    }
+
+    /// The error for a waiter woken with [`Verdict::Failed`]: the failure that poisoned the
+    /// writer.
+    fn failure_behind_verdict(&self) -> WalWriteError {
+        let core = lock(&self.core);
+        let cause = core.failure().expect("a failed verdict follows a failure");
+        WalWriteError::Failed {
+            cause: cause.clone(),
+        }
+    }
+
+    /// One leader's turn from a caller that holds no lock ([`Self::lead`], then the lock is
+    /// let go): the task driver's, wherever it may block.
+    #[cfg(not(target_arch = "wasm32"))]
+    fn lead_turn(&self, leadership: Leadership) {
+        drop(self.lead(lock(&self.core), leadership));
     }
 
     /// Callers of a completed group still on their way out: those woken with their verdict, and
@@ -1119,6 +1138,20 @@ impl WalWriter {
 }
 
 /// The event for one group carried out: its records, bytes, sync and how long it took.
+/// What a `commit_many` that led returns: its range, unless a write or sync failed before its
+/// last record was durable.
+fn led_commit_outcome(
+    core: &GroupCommit,
+    range: Range<LogSeq>,
+) -> Result<Range<LogSeq>, WalWriteError> {
+    match core.failure() {
+        Some(cause) if core.durable_end() < range.end => Err(WalWriteError::Failed {
+            cause: cause.clone(),
+        }),
+        _ => Ok(range),
+    }
+}
+
 fn trace_group(group: &Group, took: std::time::Duration, result: &Result<(), VfsError>) {
     let bytes: usize = group.chunks.iter().map(|chunk| chunk.len()).sum();
     tracing::debug!(

@@ -30,11 +30,13 @@ pub(crate) fn progress() -> &'static indicatif::ProgressBar {
 }
 
 /// Every line of the tables goes out with the progress line lifted, so the two never mix.
+/// The other bench modules import it in place of std's.
 macro_rules! println {
     ($($arg:tt)*) => {
-        progress().suspend(|| std::println!($($arg)*))
+        $crate::bench::progress().suspend(|| std::println!($($arg)*))
     };
 }
+pub(crate) use println;
 use stele::wal::segment::SEGMENT_BYTES_DEFAULT;
 use stele::wal::{DurabilityPolicy, WalOptions};
 use stele_host::fs::RealFs;

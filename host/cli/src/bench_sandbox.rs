@@ -18,13 +18,7 @@ use stele_host::fs::RealFs;
 use stele_host::runtime::Runtime;
 use stele_host::{Mode, Wal};
 
-use crate::bench::{BenchArgs, percentile, process_cpu_seconds, progress};
-
-macro_rules! println {
-    ($($arg:tt)*) => {
-        progress().suspend(|| std::println!($($arg)*))
-    };
-}
+use crate::bench::{BenchArgs, percentile, println, process_cpu_seconds};
 
 /// Processes timed per cold-start row; the table gives their median and slowest.
 const COLD_STARTS: usize = 7;

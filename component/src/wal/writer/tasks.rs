@@ -15,11 +15,12 @@
 use std::future::poll_fn;
 use std::ops::Range;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::atomic::Ordering;
 use std::task::Poll;
 
 use super::{
-    ASLEEP, LogSeq, ParkedWaiter, Sleeper, Verdict, WakeSlot, WalWriteError, WalWriter, lock,
+    ASLEEP, LogSeq, ParkedWaiter, Sleeper, Verdict, WakeSlot, WalWriteError, WalWriter,
+    led_commit_outcome, lock,
 };
 use crate::wal::group_commit::{Leadership, WaitState};
 
@@ -92,15 +93,7 @@ impl WalWriter {
             }
         };
         lead_from_task(self, leadership).await;
-        let core = lock(&self.core);
-        if let Some(cause) = core.failure()
-            && core.durable_end() < range.end
-        {
-            return Err(WalWriteError::Failed {
-                cause: cause.clone(),
-            });
-        }
-        Ok(range)
+        led_commit_outcome(&lock(&self.core), range)
     }
 }
 
@@ -117,17 +110,11 @@ async fn lead_from_task(writer: &Arc<WalWriter>, leadership: Leadership) {
     if tokio::runtime::Handle::try_current()
         .is_ok_and(|rt| rt.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread)
     {
-        tokio::task::block_in_place(|| {
-            let core = lock(&writer.core);
-            drop(writer.lead(core, leadership));
-        });
+        tokio::task::block_in_place(|| writer.lead_turn(leadership));
         return;
     }
     let writer = Arc::clone(writer);
-    let turn = tokio::task::spawn_blocking(move || {
-        let core = lock(&writer.core);
-        drop(writer.lead(core, leadership));
-    });
+    let turn = tokio::task::spawn_blocking(move || writer.lead_turn(leadership));
     if let Err(failed) = turn.await
         && failed.is_panic()
     {
@@ -162,10 +149,7 @@ impl DurableWait {
         DurableWait {
             writer: Arc::clone(writer),
             target,
-            slot: Arc::new(WakeSlot {
-                sleeper: Sleeper::Task(std::sync::Mutex::new(None)),
-                verdict: AtomicU8::new(ASLEEP),
-            }),
+            slot: WakeSlot::for_task(),
             phase: Phase::Registered,
         }
     }
@@ -217,11 +201,7 @@ impl DurableWait {
                 Verdict::Failed => {
                     self.phase = Phase::Done;
                     self.writer.departed();
-                    let core = lock(&self.writer.core);
-                    let cause = core.failure().expect("a failed verdict follows a failure");
-                    return Err(WalWriteError::Failed {
-                        cause: cause.clone(),
-                    });
+                    return Err(self.writer.failure_behind_verdict());
                 }
                 // Still registered, off `parked`: re-check, and claim if no one leads.
                 Verdict::Recheck => self.phase = Phase::Registered,
@@ -255,7 +235,7 @@ impl Drop for DurableWait {
         reason = "the task driver waits out a leader's verdict that is already being set"
     )]
     fn drop(&mut self) {
-        let writer = Arc::clone(&self.writer);
+        let writer = &self.writer;
         match self.phase {
             Phase::Done => return,
             Phase::Registered => {
@@ -295,11 +275,8 @@ impl Drop for DurableWait {
                     return;
                 };
                 drop(core);
-                let leader = Arc::clone(&writer);
-                let lead = move || {
-                    let core = lock(&leader.core);
-                    drop(leader.lead(core, leadership));
-                };
+                let leader = Arc::clone(writer);
+                let lead = move || leader.lead_turn(leadership);
                 // Detached on the blocking pool when a runtime is there; else (the runtime is
                 // shutting down around this future) here, on the dropping thread.
                 match tokio::runtime::Handle::try_current() {
