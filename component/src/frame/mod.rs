@@ -43,15 +43,26 @@ pub const SCAN_CHUNK_BYTES: usize = 1 << 20;
 
 const _: () = assert!(BODY_BYTES_MAX <= u32::MAX as usize, "body_len is a u32");
 
-/// Inside the component, the shortest input whose CRC the host computes (the `vfs` import
-/// `crc32c-append`) rather than the guest. WebAssembly has no CRC instruction: the guest's
-/// table-driven loop costs about 9.5 instructions per byte, and a call to the host about 2,100
-/// whatever the length (wasmtime's host-call entry and exit, copying the bytes out, then the
-/// CPU's CRC instruction at about 20 GB/s), by callgrind's count. They break even near 230
-/// bytes; 512 leaves the host only inputs it wins by 2x or more (a 0.9 MB push-log frame, by
-/// 4,000x), and leaves small WAL records' frames in the guest.
-#[cfg(target_arch = "wasm32")]
-const HOST_CRC_BYTES_MIN: usize = 512;
+/// A CRC-32C faster than this build's own, for inputs of at least `bytes_min` bytes, installed
+/// by the driver that has one ([`install_crc32c_accelerator`]). Inside the component that is
+/// the host's CPU, through the `vfs` import `crc32c-append` (WebAssembly has no CRC
+/// instruction); natively there is none, and `crc32c` uses the CPU's instruction itself. Frames
+/// never name the driver: it hands this module a plain function.
+#[derive(Clone, Copy, Debug)]
+pub struct Crc32cAccelerator {
+    /// The shortest input worth handing over (below it, the hand-over costs more than it saves).
+    pub bytes_min: usize,
+    /// The CRC of `bytes`, continuing from `crc`; must equal [`crc32c::crc32c_append`]'s.
+    pub append: fn(u32, &[u8]) -> u32,
+}
+
+static CRC32C_ACCELERATOR: std::sync::OnceLock<Crc32cAccelerator> = std::sync::OnceLock::new();
+
+/// Installs the process's CRC-32C accelerator; the first install wins, later ones are ignored.
+/// Until one is installed every CRC is computed here, with the same result.
+pub fn install_crc32c_accelerator(accelerator: Crc32cAccelerator) {
+    let _ = CRC32C_ACCELERATOR.set(accelerator);
+}
 
 /// CRC32C of `bytes`.
 pub fn crc32c(bytes: &[u8]) -> u32 {
@@ -60,11 +71,12 @@ pub fn crc32c(bytes: &[u8]) -> u32 {
 
 /// CRC32C of `bytes`, continuing from `crc`, the CRC of the bytes before them.
 pub fn crc32c_append(crc: u32, bytes: &[u8]) -> u32 {
-    #[cfg(target_arch = "wasm32")]
-    if bytes.len() >= HOST_CRC_BYTES_MIN {
-        return crate::guest::host_crc32c_append(crc, bytes);
+    match CRC32C_ACCELERATOR.get() {
+        Some(accelerator) if bytes.len() >= accelerator.bytes_min => {
+            (accelerator.append)(crc, bytes)
+        }
+        _ => crc32c::crc32c_append(crc, bytes),
     }
-    crc32c::crc32c_append(crc, bytes)
 }
 
 fn frame_checksum(len_bytes: &[u8], body: &[u8]) -> u32 {

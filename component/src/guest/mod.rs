@@ -40,8 +40,3 @@ wit_bindgen::generate!({
 struct Component;
 
 export!(Component);
-
-/// [`crate::frame::crc32c_append`] on the host's CPU: the `vfs` import `crc32c-append`.
-pub(crate) fn host_crc32c_append(crc: u32, bytes: &[u8]) -> u32 {
-    stele::log::vfs::crc32c_append(crc, bytes)
-}

@@ -40,6 +40,7 @@ pub mod executor;
 pub mod follow;
 pub mod group_commit;
 pub mod lock;
+pub mod reader;
 pub mod record;
 pub mod replay;
 pub mod segment;
@@ -50,8 +51,9 @@ mod writer;
 pub use crate::recovery::LogEnd;
 pub use error::{WalOpenError, WalRetentionError, WalRetireError, WalWriteError};
 pub use follow::WalFollower;
+pub use reader::WalReader;
 pub use record::RecordRef;
-pub use replay::{READ_BATCH_RECORDS_MAX, Recovery, WalReader, replay};
+pub use replay::{READ_BATCH_RECORDS_MAX, Recovery, replay};
 pub use segment::WalTruncation;
 pub use writer::{
     SegmentedSetup, SetupMode, SingleFileLock, VisibleRecord, WalRetirement, WalWriter,
