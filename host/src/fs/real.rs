@@ -43,16 +43,22 @@ fn check_path(path: &str, allow_root: bool) -> Result<(), VfsError> {
         .map_err(|why| VfsError::InvalidPath(format!("{path:?}: {why}")))
 }
 
-/// Maps an error from cap-std, turning its sandbox refusals into `InvalidPath`.
+/// Maps an error from cap-std, turning its sandbox refusals into `InvalidPath`. Recognised by
+/// kind and errno, never by message text:
+/// - cap-std's own refusal of an escape (a symlink or `..` leading out of the root) is a
+///   `PermissionDenied` that carries no OS error (`cap_primitives::fs::errors::escape_attempt`);
+///   a real `EACCES` from the OS always carries its errno;
+/// - `openat2(RESOLVE_BENEATH)`'s refusal is `EXDEV`;
+/// - `ELOOP` is a symlink cycle, or a symlink where cap-std refuses to follow one (its number
+///   differs between Linux and macOS, so it is named, not numbered).
 fn map_err(path: &str, err: io::Error) -> VfsError {
-    // cap-std reports an escape (a symlink or `..` leading out of the root) as PermissionDenied
-    // with this message; openat2(RESOLVE_BENEATH) reports EXDEV, which cap-std maps to it too.
-    let text = err.to_string();
-    if text.contains("outside of the filesystem") || err.raw_os_error() == Some(18) {
+    let errno = rustix::io::Errno::from_io_error(&err);
+    let refused_by_cap_std =
+        err.kind() == io::ErrorKind::PermissionDenied && err.raw_os_error().is_none();
+    if refused_by_cap_std || errno == Some(rustix::io::Errno::XDEV) {
         return VfsError::InvalidPath(format!("{path:?}: leads outside the root"));
     }
-    if err.raw_os_error() == Some(40) {
-        // ELOOP: a symlink cycle, or a symlink where cap-std refuses to follow one.
+    if errno == Some(rustix::io::Errno::LOOP) {
         return VfsError::InvalidPath(format!("{path:?}: too many levels of symbolic links"));
     }
     VfsError::from_io(&err)
