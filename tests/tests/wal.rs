@@ -736,6 +736,90 @@ fn a_second_writer_is_refused_until_the_first_is_dropped(mode: Mode) {
     }
 }
 
+/// One bad batch gets the same error in every mode, from the thread API and the task API alike:
+/// the handle checks a batch before any engine sees it, in one order (the writer's size bounds,
+/// then an attached archiver's backlog), and nothing of a refused batch is written.
+#[test]
+fn one_bad_batch_gets_the_same_error_in_all_six_ways_to_call() {
+    let big = vec![0u8; PAYLOAD_BYTES_MAX + 1];
+    let half = vec![0u8; 600];
+    let small = [0u8; 200];
+    /// What a case says it is, the batch, and the error every way to call must return.
+    type Case<'a> = (&'static str, Vec<(u16, &'a [u8])>, WalError);
+    let cases: [Case<'_>; 3] = [
+        (
+            "a payload past the format's bound, in a batch also past the group bound",
+            vec![(1, &half[..]), (1, &big[..])],
+            WalError::Write(WalWriteError::PayloadTooLarge {
+                bytes: PAYLOAD_BYTES_MAX + 1,
+                bytes_max: PAYLOAD_BYTES_MAX,
+            }),
+        ),
+        (
+            "a batch past the group bound, also past the archiver's backlog",
+            vec![(1, &half[..]), (1, &half[..])],
+            WalError::Write(WalWriteError::GroupTooLarge {
+                bytes: 2 * encoded_len(600),
+                bytes_max: 1024,
+            }),
+        ),
+        (
+            "a batch within the writer's bounds, past the archiver's backlog",
+            vec![(1, &small[..])],
+            WalError::ArchiveBacklog(stele_host::archive_gate::ArchiveBacklog {
+                unarchived_bytes: 0,
+                batch_bytes: encoded_len(200) as u64,
+                unarchived_bytes_max: 100,
+                stopped: false,
+            }),
+        ),
+    ];
+    let runtime = stele_tests::tokio_runtime(2);
+    for mode in Mode::ALL {
+        let root = TempRoot::new();
+        let o = WalOptions {
+            group_bytes_max: Some(1024),
+            ..opts(DurabilityPolicy::FullSync, 0)
+        };
+        let wal = Wal::create(root.vfs(), "same.wal", o, mode).unwrap();
+        let gate = Arc::new(stele_host::archive_gate::ArchiveGate::new(LogSeq(0), 0, 100, 1));
+        wal.attach_archive_gate(gate).unwrap();
+        let tasks = wal.to_async();
+        for (what, batch, expected) in &cases {
+            let got = [
+                ("commit_many", wal.commit_many(batch)),
+                ("commit_many_durable", wal.commit_many_durable(batch)),
+                ("async commit_many", runtime.block_on(tasks.commit_many(batch))),
+                (
+                    "async commit_many_durable",
+                    runtime.block_on(tasks.commit_many_durable(batch)),
+                ),
+            ];
+            for (call, outcome) in got {
+                assert_eq!(
+                    outcome.as_ref().err(),
+                    Some(expected),
+                    "{}: {call}: {what}",
+                    mode.name()
+                );
+            }
+        }
+        assert_eq!(
+            wal.commit_durable(1, b"ok").unwrap(),
+            LogSeq(0),
+            "{}: no refused batch consumed a seq",
+            mode.name()
+        );
+        drop((wal, tasks));
+        assert_eq!(
+            root.read("same.wal").len(),
+            HEADER_BYTES + encoded_len(2),
+            "{}: nothing of a refused batch is on disk",
+            mode.name()
+        );
+    }
+}
+
 every_mode!(
     a_second_writer_is_refused_until_the_first_is_dropped,
     round_trip_across_reopens,

@@ -19,7 +19,7 @@
 //!
 //! Every `vfs` and `vfs-async` import call runs in a `tracing` span at TRACE level (target
 //! `stele_host::bindings`), with an event for its arguments and one for its result; bytes
-//! (`list<u8>`) show as `...`, paths in full. The `vfs` resources are [`crate::vfs_host::HostFile`] and [`crate::vfs_host::HostLock`];
+//! (`list<u8>`) show as `...`, paths in full. The `vfs` resources are [`crate::embed::imports::HostFile`] and [`crate::embed::imports::HostLock`];
 //! [`crate::add_to_linker_sync`] and [`crate::add_to_linker_async`] link them.
 
 #![allow(missing_docs)] // generated; the WIT's own doc comments come through
@@ -29,8 +29,8 @@ wasmtime::component::bindgen!({
     path: "../wit",
     imports: { default: trappable | tracing },
     with: {
-        "stele:log/vfs.file": crate::vfs_host::HostFile,
-        "stele:log/vfs.file-lock": crate::vfs_host::HostLock,
+        "stele:log/vfs.file": crate::embed::imports::HostFile,
+        "stele:log/vfs.file-lock": crate::embed::imports::HostLock,
     },
 });
 

@@ -40,8 +40,8 @@ use std::sync::Arc;
 use stele::vfs::{INLINE_WRITE_BYTES_MAX, OpenMode, SyncKind, Vfs, VfsError, VfsFile, VfsLock};
 use wasmtime::component::{Accessor, HasData, Linker, Resource, ResourceTable};
 
-use crate::bindings::engine_async::stele::log::vfs_async as wit_async;
-use crate::bindings::stele::log::vfs as wit;
+use crate::embed::bindings::engine_async::stele::log::vfs_async as wit_async;
+use crate::embed::bindings::stele::log::vfs as wit;
 
 /// The most bytes one `read-at` returns; a larger request is answered short, as a read at end
 /// of file would be. Bounds the host allocation a guest can ask for in one call. 4 MiB is four
@@ -74,9 +74,9 @@ enum AsyncIo {
     /// Inline, on the thread polling the store: for stores driven from a thread that is there
     /// to block, where a hop would only add two wake-ups.
     Inline,
-    /// Posted to Stele's own driver (`sandbox_async`), which runs it on its I/O thread or its
+    /// Posted to Stele's own driver (`crate::sandbox::store_driver`), which runs it on its I/O thread or its
     /// own.
-    Driver(crate::io_thread::IoThread),
+    Driver(crate::embed::io_thread::IoThread),
 }
 
 /// What `stele:log/vfs` is served from in one store: the [`Vfs`], the open-files bound, and
@@ -135,12 +135,12 @@ impl SteleCtx {
         self
     }
 
-    pub(crate) fn with_io_thread(mut self, io: crate::io_thread::IoThread) -> SteleCtx {
+    pub(crate) fn with_io_thread(mut self, io: crate::embed::io_thread::IoThread) -> SteleCtx {
         self.async_io = AsyncIo::Driver(io);
         self
     }
 
-    pub(crate) fn io_thread(&self) -> Option<&crate::io_thread::IoThread> {
+    pub(crate) fn io_thread(&self) -> Option<&crate::embed::io_thread::IoThread> {
         match &self.async_io {
             AsyncIo::Driver(io) => Some(io),
             _ => None,
@@ -203,7 +203,7 @@ pub trait SteleView: Send {
 }
 
 /// The [`HasData`] marker for `stele:log/vfs`: its data is a [`SteleCtxView`]. For linking one
-/// interface at a time with the generated `add_to_linker` functions of [`crate::bindings`].
+/// interface at a time with the generated `add_to_linker` functions of [`crate::embed::bindings`].
 pub struct SteleVfs;
 
 impl HasData for SteleVfs {

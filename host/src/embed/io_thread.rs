@@ -2,7 +2,7 @@
 //! keeps running the guest's other calls meanwhile.
 //!
 //! An async import does not start its work: it *posts* it and awaits the result. When the
-//! store's poll ends, whoever polled it (its driver, see `sandbox_async`) takes what was posted
+//! store's poll ends, whoever polled it (its driver, see `crate::sandbox::store_driver`) takes what was posted
 //! and runs it itself ([`PostedIo::run_here`]), after parking the store so that a call arriving
 //! meanwhile takes it and is served during the I/O: a lone caller, a thread whose call awaits a
 //! sync, or the dispatcher thread. The dedicated thread ([`IoThread::send_posted`]) runs it only

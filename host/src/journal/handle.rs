@@ -20,26 +20,14 @@ use stele::vfs::{ReadyIo, Vfs};
 use wasmtime::Store;
 use wasmtime::component::ResourceAny;
 
+use super::convert::{plain as plain_journal, with_async as async_journal};
+use super::error::JournalError;
+use super::session::{self as journal_session, AsyncJournal, JournalRequest};
+use crate::Mode;
 use crate::archive_gate::CompactionListener;
-use crate::bindings;
-use crate::bindings::exports::stele::log::journal as plain_wit;
-use crate::convert::{async_journal, plain_journal};
-use crate::runtime::{GuestState, PlainInstance, Runtime, SandboxLimits, trap_error};
-use crate::sandbox_async::journal_session::{self, AsyncJournal, JournalRequest};
-use crate::{Mode, SandboxError};
-
-/// Any error a [`Journal`] call can return: the engine's, in every mode, plus what only the
-/// sandbox can add.
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-#[non_exhaustive]
-pub enum JournalError {
-    /// The engine's own error, the same in every mode.
-    #[error(transparent)]
-    Journal(#[from] stele::journal::JournalError),
-    /// What only a sandboxed journal can fail with (a trap, a limit).
-    #[error(transparent)]
-    Sandbox(#[from] SandboxError),
-}
+use crate::embed::bindings::{self, exports::stele::log::journal as plain_wit};
+use crate::sandbox::runtime::{GuestState, Runtime, SandboxLimits, trap_error};
+use crate::sandbox::{PlainInstance, SandboxError};
 
 /// A journal writer, native or sandboxed, with the API of
 /// `../shared/reference/journal-writer-api.txt`. One writer per journal: a second `open` of the

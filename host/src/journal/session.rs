@@ -10,16 +10,16 @@ use tokio::sync::mpsc;
 use wasmtime::Store;
 use wasmtime::component::{Accessor, ResourceAny};
 
-use super::guest_calls::{GuestCalls, Task, answer_with, serve_each};
-use super::posted_io::block_on_sending_io;
-use super::start_session;
-use super::store_driver::{Reply, Run, Served, StoreDriver};
-use crate::SandboxError;
-use crate::bindings::engine_async::EngineAsync;
-use crate::bindings::engine_async::exports::stele::log::journal as wit;
-use crate::convert::async_journal::from_wit_journal_error;
-use crate::journal::JournalError;
-use crate::runtime::{GuestState, SandboxLimits, trap_error};
+use super::convert::with_async::from_wit_journal_error;
+use super::error::JournalError;
+use crate::embed::bindings::engine_async::EngineAsync;
+use crate::embed::bindings::engine_async::exports::stele::log::journal as wit;
+use crate::sandbox::SandboxError;
+use crate::sandbox::guest_calls::{GuestCalls, Task, answer_with, serve_each};
+use crate::sandbox::posted_io::block_on_sending_io;
+use crate::sandbox::runtime::{GuestState, SandboxLimits, trap_error};
+use crate::sandbox::start::start_session;
+use crate::sandbox::store_driver::{Reply, Run, Served, StoreDriver};
 
 /// Where a journal call's answer goes.
 pub(crate) type JournalReply<T> = Reply<T, JournalError>;

@@ -27,32 +27,17 @@ use stele::vfs::Vfs;
 use wasmtime::Store;
 use wasmtime::component::ResourceAny;
 
-use crate::archive_gate::CompactionListener;
-use crate::bindings;
-use crate::bindings::exports::stele::log::push_log as wit;
-use crate::convert::plain_push_log::{
+use super::convert::plain::{
     from_wit_frames, from_wit_push_log_error, from_wit_report, from_wit_scan_end, from_wit_section,
     wit_policy,
 };
-use crate::runtime::{GuestState, PlainInstance, Runtime, SandboxLimits, trap_error};
-use crate::sandbox_async::push_log_session::{self, AsyncPushLog, PushLogRequest};
-use crate::{Mode, SandboxError};
-
-/// Any error a [`PushLog`] call can return: the engine's (typed the same in every mode; Arrow
-/// failures inside the guest arrive as [`PushLogCallError::Arrow`] text), plus the sandbox's.
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum PushLogCallError {
-    /// The engine's own error, the same in every mode.
-    #[error(transparent)]
-    PushLog(#[from] PushLogError),
-    /// A batch or schema could not be encoded or decoded as Arrow IPC on the host's side.
-    #[error("arrow: {0}")]
-    Arrow(String),
-    /// What only a sandboxed push log can fail with (a trap, a limit).
-    #[error(transparent)]
-    Sandbox(#[from] SandboxError),
-}
+use super::error::PushLogCallError;
+use super::session::{self as push_log_session, AsyncPushLog, PushLogRequest};
+use crate::Mode;
+use crate::archive_gate::CompactionListener;
+use crate::embed::bindings::{self, exports::stele::log::push_log as wit};
+use crate::sandbox::PlainInstance;
+use crate::sandbox::runtime::{GuestState, Runtime, SandboxLimits, trap_error};
 
 /// A push log, native or sandboxed. `Send + Sync`; pushes are serialized.
 #[derive(Debug)]

@@ -14,19 +14,19 @@ use tokio::sync::mpsc;
 use wasmtime::Store;
 use wasmtime::component::{Accessor, ResourceAny};
 
-use super::guest_calls::{GuestCalls, Task, answer_with, serve_each};
-use super::posted_io::block_on_sending_io;
-use super::start_session;
-use super::store_driver::{Reply, Run, Served, StoreDriver, lock};
-use crate::SandboxError;
-use crate::bindings::engine_async::EngineAsync;
-use crate::bindings::engine_async::exports::stele::log::push_log as wit;
-use crate::convert::async_push_log::{
+use super::convert::with_async::{
     from_wit_frames, from_wit_push_log_error, from_wit_report, from_wit_scan_end, from_wit_section,
     wit_policy,
 };
-use crate::push_log::PushLogCallError;
-use crate::runtime::{GuestState, SandboxLimits, trap_error};
+use super::error::PushLogCallError;
+use crate::embed::bindings::engine_async::EngineAsync;
+use crate::embed::bindings::engine_async::exports::stele::log::push_log as wit;
+use crate::sandbox::guest_calls::{GuestCalls, Task, answer_with, serve_each};
+use crate::sandbox::posted_io::block_on_sending_io;
+use crate::sandbox::runtime::{GuestState, SandboxLimits, trap_error};
+use crate::sandbox::start::start_session;
+use crate::sandbox::store_driver::{Reply, Run, Served, StoreDriver};
+use crate::sandbox::{SandboxError, lock};
 
 /// Where a push-log call's answer goes.
 pub(crate) type PushLogReply<T> = Reply<T, PushLogCallError>;

@@ -9,11 +9,11 @@ use std::task::{Context, Poll, Waker};
 
 use tokio::sync::oneshot;
 
-use super::grouping::Departures;
+use super::departures::Departures;
 use super::posted_io::{RunIo, run_in_place};
 use super::store_driver::{DriverId, Run, Served, Shared};
 use super::wakes::{PollAgain, RUNNING_OWN_IO};
-use crate::io_thread::PostedIo;
+use crate::embed::io_thread::PostedIo;
 
 /// One caller's wait for its answer, driving the instance's run whenever it can take it.
 pub(super) struct Drive<'a, S: Served, T> {

@@ -12,37 +12,37 @@ use futures::stream::FuturesUnordered;
 use tokio::sync::mpsc;
 use wasmtime::component::Accessor;
 
+use super::error::SandboxError;
+use super::runtime::GuestState;
 use super::store_driver::Reply;
-use crate::SandboxError;
-use crate::runtime::GuestState;
 
 /// A started guest call. It resolves to its answer, which the session sends.
-pub(super) type Task<'a> = Pin<Box<dyn Future<Output = Answer> + Send + 'a>>;
+pub(crate) type Task<'a> = Pin<Box<dyn Future<Output = Answer> + Send + 'a>>;
 
 /// A finished guest call's answers, not yet sent to their callers. Sending them says what they
 /// answered.
-pub(super) type Answer = Box<dyn FnOnce() -> Sent + Send>;
+pub(crate) type Answer = Box<dyn FnOnce() -> Sent + Send>;
 
 /// What sending one guest call's answers did.
-pub(super) struct Sent {
+pub(crate) struct Sent {
     /// How many calls they answered.
-    pub(super) calls: usize,
+    pub(crate) calls: usize,
     /// The component broke the interface's contract in a way wasmtime cannot see (it is not
     /// Stele's guest, or it is broken). Its state is then unknown, so the instance stops: the
     /// session ends with this error, and every later call gets it.
-    pub(super) broken: Option<SandboxError>,
+    pub(crate) broken: Option<SandboxError>,
 }
 
 impl Sent {
     /// What every answer to one call says, unless it is [`Sent::broken`].
-    pub(super) const ONE: Sent = Sent {
+    pub(crate) const ONE: Sent = Sent {
         calls: 1,
         broken: None,
     };
 }
 
 /// The answer that sends `result` to one caller.
-pub(super) fn answer_with<T: Send + 'static, E: Send + 'static>(
+pub(crate) fn answer_with<T: Send + 'static, E: Send + 'static>(
     reply: Reply<T, E>,
     result: Result<T, E>,
 ) -> Answer {
@@ -53,7 +53,7 @@ pub(super) fn answer_with<T: Send + 'static, E: Send + 'static>(
 }
 
 /// How a session turns one request into a guest call.
-pub(super) trait GuestCalls: Sync {
+pub(crate) trait GuestCalls: Sync {
     type Request;
     /// Starts `request` as a guest task.
     fn start<'a>(&'a self, acc: &'a Accessor<GuestState>, request: Self::Request) -> Task<'a>;
@@ -63,7 +63,7 @@ pub(super) trait GuestCalls: Sync {
 /// task (a call that waits on a sync leaves the instance to the others), and sends each answer
 /// as its task finishes, until nothing is queued or in flight. `Err` when the component broke
 /// its contract ([`Sent::broken`]).
-pub(super) async fn serve_each<C: GuestCalls>(
+pub(crate) async fn serve_each<C: GuestCalls>(
     acc: &Accessor<GuestState>,
     calls: &C,
     queue: &mut mpsc::UnboundedReceiver<C::Request>,

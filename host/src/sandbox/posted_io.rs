@@ -1,15 +1,15 @@
 //! Where the I/O a run posts (a guest's sync, through the `vfs-async` imports) runs: on the
 //! driving caller's thread, inside `block_in_place` on its tokio worker, or on the store's I/O
-//! thread ([`crate::io_thread`]).
+//! thread ([`crate::embed::io_thread`]).
 
 use std::future::Future;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 
-use crate::io_thread::{IoThread, PostedIo};
+use crate::embed::io_thread::{IoThread, PostedIo};
 
 /// Where a lone caller that drives the instance runs the I/O its run posts.
 #[derive(Clone, Copy, PartialEq, Eq)]
-pub(super) enum RunIo {
+pub(crate) enum RunIo {
     /// On the caller's thread, which is there to block.
     Here,
     /// On the caller's tokio worker, inside `block_in_place` (which moves the worker's other
@@ -21,7 +21,7 @@ pub(super) enum RunIo {
 
 impl RunIo {
     /// A thread outside tokio blocks where it is; inside tokio, the runtime's flavour decides.
-    pub(super) fn for_this_caller() -> RunIo {
+    pub(crate) fn for_this_caller() -> RunIo {
         match tokio::runtime::Handle::try_current().map(|h| h.runtime_flavor()) {
             Ok(tokio::runtime::RuntimeFlavor::MultiThread) => RunIo::InPlace,
             Ok(_) => RunIo::OnIoThread,
@@ -33,7 +33,7 @@ impl RunIo {
 /// Runs posted I/O on this tokio worker, inside `block_in_place`. Where tokio refuses that
 /// (a `LocalSet`, say, which `RunIo::for_this_caller` cannot tell apart) it panics before
 /// running anything: the work then goes to the I/O thread instead.
-pub(super) fn run_in_place(posted: PostedIo, io: &IoThread) {
+pub(crate) fn run_in_place(posted: PostedIo, io: &IoThread) {
     let mut posted = Some(posted);
     let refused = catch_unwind(AssertUnwindSafe(|| {
         tokio::task::block_in_place(|| posted.take().map(PostedIo::run_here))
@@ -47,7 +47,7 @@ pub(super) fn run_in_place(posted: PostedIo, io: &IoThread) {
 /// Polls `run` to its end on this thread, sending the I/O it posts to the I/O thread after
 /// every poll: how the dispatcher instantiates the component and opens the log, before any
 /// caller can drive the instance.
-pub(super) fn block_on_sending_io<F: Future>(run: F, io: &IoThread) -> F::Output {
+pub(crate) fn block_on_sending_io<F: Future>(run: F, io: &IoThread) -> F::Output {
     let mut run = std::pin::pin!(run);
     futures::executor::block_on(std::future::poll_fn(|cx| {
         let polled = run.as_mut().poll(cx);

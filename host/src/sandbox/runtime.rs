@@ -3,7 +3,7 @@
 //!
 //! The components (`stele.wasm` and `stele-async.wasm`, built by `build.rs`) are embedded in
 //! this crate. Each is compiled on its first use, or loaded from the on-disk
-//! [`crate::code_cache`] that an earlier process filled, and kept for the life of the process;
+//! [`super::code_cache`] that an earlier process filled, and kept for the life of the process;
 //! each instance then costs one `InstancePre::instantiate` (about 17 µs on this machine).
 //!
 //! What a guest gets: the `stele:log/vfs` import, served from the [`Vfs`] the caller chose, and
@@ -20,10 +20,10 @@ use wasmtime::component::{Component, Linker, ResourceTable};
 use wasmtime::{Config, Engine, ResourceLimiter, Store, UpdateDeadline};
 use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
 
-use crate::SandboxError;
-use crate::bindings;
-use crate::bindings::engine_async as bindings_async;
-use crate::vfs_host::{SteleCtx, SteleCtxView, SteleView};
+use super::error::SandboxError;
+use crate::embed::bindings;
+use crate::embed::bindings::engine_async as bindings_async;
+use crate::embed::imports::{SteleCtx, SteleCtxView, SteleView};
 
 /// The plain WASI 0.2 component (world `engine`), as built by `build.rs`: synchronous exports,
 /// for any component-model host.
@@ -43,7 +43,7 @@ pub const PROFILER_ENV: &str = "STELE_WASM_PROFILER";
 /// up to 64 MiB) in memory; 256 MiB covers that with room to spare. Chosen, not measured.
 pub const MEMORY_BYTES_MAX_DEFAULT: usize = 256 << 20;
 
-pub use crate::vfs_host::OPEN_FILES_MAX_DEFAULT;
+pub use crate::embed::imports::OPEN_FILES_MAX_DEFAULT;
 
 /// How often the epoch ticker advances the engine's epoch, once some instance has a
 /// [`SandboxLimits::busy_deadline`]: the resolution of that deadline. A guest stuck in a loop
@@ -181,7 +181,7 @@ fn start_epoch_ticker(engine: &Engine) {
 
 /// What one of Stele's own stores holds: the `vfs` imports' context, the resources, a WASI
 /// context with nothing in it, and the limits. An embedder's own store holds its own state
-/// instead, and implements [`SteleView`] on it (see [`crate::vfs_host`]).
+/// instead, and implements [`SteleView`] on it (see [`crate::embed::imports`]).
 pub struct GuestState {
     pub(crate) stele: SteleCtx,
     pub(crate) table: ResourceTable,
@@ -216,7 +216,7 @@ impl WasiView for GuestState {
 }
 
 /// The process-wide engine and the two pre-linked components, each compiled (or loaded from the
-/// [`crate::code_cache`]) on its first use: a process that runs only the plain build never
+/// [`super::code_cache`]) on its first use: a process that runs only the plain build never
 /// compiles the async one.
 pub struct Runtime {
     engine: Engine,
@@ -242,11 +242,11 @@ impl Runtime {
     /// The process's runtime, which [`crate::Wal`], [`crate::Journal`] and [`crate::PushLog`]
     /// run their sandboxed modes on. Made on first use, on an engine of Stele's own
     /// ([`Runtime::default_config`]), unless [`Runtime::init_with_engine`] came first. Its
-    /// compiled code is cached where [`crate::code_cache::default_dir`] says.
+    /// compiled code is cached where [`super::code_cache::default_dir`] says.
     pub fn get() -> Result<&'static Runtime, SandboxError> {
         loaded(&RUNTIME, || {
             Engine::new(&Runtime::default_config())
-                .map(|engine| Runtime::new(engine, crate::code_cache::default_dir()))
+                .map(|engine| Runtime::new(engine, super::code_cache::default_dir()))
         })
     }
 
@@ -256,7 +256,7 @@ impl Runtime {
     /// `epoch_interruption(true)` for [`SandboxLimits::busy_deadline`] to fire (Stele's ticker
     /// then advances this engine's epoch every [`EPOCH_TICK`]; leave deadlines unset if you
     /// drive the epoch yourself). Both builds are compiled here (through the
-    /// [`crate::code_cache`], keyed by this engine's configuration). Fails with
+    /// [`super::code_cache`], keyed by this engine's configuration). Fails with
     /// [`SandboxError::AlreadyInitialized`] once the runtime exists, on this engine or another,
     /// and with [`SandboxError::Load`] when the components do not compile on `engine`; that
     /// failure is not kept, so a later call (or [`Runtime::get`]) can still make the runtime.
@@ -264,7 +264,7 @@ impl Runtime {
         if RUNTIME.get().is_some() {
             return Err(SandboxError::AlreadyInitialized);
         }
-        let made = Runtime::new(engine, crate::code_cache::default_dir());
+        let made = Runtime::new(engine, super::code_cache::default_dir());
         made.pre()?;
         made.pre_async()?;
         let mut installed = false;
@@ -305,7 +305,7 @@ impl Runtime {
 
     /// Compiles `wasm` through the code cache.
     fn component(&self, name: &str, wasm: &[u8]) -> wasmtime::Result<Component> {
-        let (component, outcome) = crate::code_cache::load_or_compile(
+        let (component, outcome) = super::code_cache::load_or_compile(
             &self.engine,
             name,
             wasm,
@@ -347,7 +347,7 @@ impl Runtime {
         &self,
         vfs: Arc<dyn Vfs>,
         limits: SandboxLimits,
-        io: Option<crate::io_thread::IoThread>,
+        io: Option<crate::embed::io_thread::IoThread>,
     ) -> Store<GuestState> {
         let mut stele = SteleCtx::new(vfs)
             .with_open_files_max(limits.open_files_max)
@@ -452,7 +452,7 @@ impl Runtime {
         vfs: Arc<dyn Vfs>,
         limits: SandboxLimits,
     ) -> Result<Store<GuestState>, SandboxError> {
-        let io = crate::io_thread::IoThread::spawn("stele-io")
+        let io = crate::embed::io_thread::IoThread::spawn("stele-io")
             .map_err(|e| SandboxError::Instantiate(format!("spawn the I/O thread: {e}")))?;
         Ok(self.new_store(vfs, limits, Some(io)))
     }
@@ -478,140 +478,5 @@ impl Runtime {
             .instantiate_async(store)
             .await
             .map_err(|e| SandboxError::Instantiate(format!("{e:#}")))
-    }
-}
-
-/// The first failure that leaves an instance's state unknown (a trap, a limit, a broken
-/// contract), kept: every later call on the instance is refused with the same error, while the
-/// host and other instances go on. One rule for every sandboxed facet: the plain WAL and push
-/// log ([`PlainInstance`]), the journal, and the async WAL's store driver.
-#[derive(Debug, Default)]
-pub(crate) struct StickyFailure(Option<SandboxError>);
-
-impl StickyFailure {
-    /// The kept failure, if any.
-    pub(crate) fn failure(&self) -> Option<&SandboxError> {
-        self.0.as_ref()
-    }
-
-    /// Keeps `error` unless an earlier failure is kept already.
-    pub(crate) fn record(&mut self, error: SandboxError) {
-        self.0.get_or_insert(error);
-    }
-
-    /// Runs `call` unless a failure is kept (then refuses with it); keeps the failure `call`
-    /// returns.
-    pub(crate) fn run<T>(
-        &mut self,
-        call: impl FnOnce() -> Result<T, SandboxError>,
-    ) -> Result<T, SandboxError> {
-        if let Some(error) = &self.0 {
-            return Err(error.clone());
-        }
-        call().inspect_err(|error| self.record(error.clone()))
-    }
-}
-
-/// One instance of the plain component and the resource its calls act on (a WAL writer, a push
-/// log). A trap leaves the instance's state unknown, so the first one is sticky: every later
-/// call gets the same error ([`SandboxError::Trapped`], or the limit's own variant).
-pub(crate) struct PlainInstance {
-    store: Store<GuestState>,
-    /// Boxed: the generated bindings are large, and the enums holding an instance have small
-    /// native variants.
-    bindings: Box<bindings::Engine>,
-    resource: wasmtime::component::ResourceAny,
-    trapped: StickyFailure,
-}
-
-impl std::fmt::Debug for PlainInstance {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("PlainInstance")
-            .field("trapped", &self.trapped)
-            .finish_non_exhaustive()
-    }
-}
-
-impl PlainInstance {
-    pub(crate) fn new(
-        store: Store<GuestState>,
-        bindings: bindings::Engine,
-        resource: wasmtime::component::ResourceAny,
-    ) -> PlainInstance {
-        PlainInstance {
-            store,
-            bindings: Box::new(bindings),
-            resource,
-            trapped: StickyFailure::default(),
-        }
-    }
-
-    /// Runs one call; the outer `Err` is a trap (now, or an earlier one).
-    pub(crate) fn call<R, E>(
-        &mut self,
-        call: impl FnOnce(
-            &mut Store<GuestState>,
-            &bindings::Engine,
-            wasmtime::component::ResourceAny,
-        ) -> wasmtime::Result<Result<R, E>>,
-    ) -> Result<Result<R, E>, SandboxError> {
-        let (store, bindings, resource) = (&mut self.store, &self.bindings, self.resource);
-        self.trapped.run(|| {
-            store.data_mut().touch();
-            call(store, bindings, resource).map_err(trap_error)
-        })
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use stele::vfs::MemVfs;
-    use stele::wal::{DurabilityPolicy, WalOptions};
-
-    use super::*;
-    use crate::convert::plain::wit_options;
-
-    /// The host's handle to a guest resource, used after the host dropped it: the call fails
-    /// with an error (no guest code runs, nothing panics), and the host goes on instantiating.
-    #[test]
-    fn a_dropped_writer_handle_is_an_error() {
-        let runtime = Runtime::get().unwrap();
-        let vfs: Arc<dyn Vfs> = Arc::new(MemVfs::new());
-        let (mut store, bindings) = runtime
-            .instantiate(vfs.clone(), SandboxLimits::default())
-            .unwrap();
-        let api = bindings.stele_log_wal().writer();
-        let options = wit_options(WalOptions::single_file(DurabilityPolicy::FullSync));
-        let writer = api
-            .call_create(&mut store, "a.wal", options)
-            .unwrap()
-            .unwrap();
-        assert_eq!(
-            api.call_commit_durable(&mut store, writer, 1, b"x")
-                .unwrap()
-                .unwrap(),
-            0
-        );
-        writer.resource_drop(&mut store).unwrap();
-
-        let err = api
-            .call_commit_durable(&mut store, writer, 1, b"y")
-            .unwrap_err();
-        assert!(format!("{err:#}").contains("unknown handle"), "{err:#}");
-        assert!(writer.resource_drop(&mut store).is_err(), "a second drop");
-
-        let (mut store, bindings) = runtime.instantiate(vfs, SandboxLimits::default()).unwrap();
-        let api = bindings.stele_log_wal().writer();
-        let (writer, recovery) = api
-            .call_open(&mut store, "a.wal", options)
-            .unwrap()
-            .unwrap();
-        assert_eq!(recovery.records, 1, "only the record made before the drop");
-        assert_eq!(
-            api.call_commit_durable(&mut store, writer, 1, b"z")
-                .unwrap()
-                .unwrap(),
-            1
-        );
     }
 }

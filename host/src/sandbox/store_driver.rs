@@ -43,18 +43,19 @@
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll, Waker};
 
 use tokio::sync::{mpsc, oneshot};
 
+use super::departures::{Departures, HeldForDepartures};
 use super::drive::Drive;
-use super::grouping::{Departures, HeldForDepartures};
+use super::error::SandboxError;
+use super::error::StickyFailure;
+use super::poison::lock;
 use super::posted_io::RunIo;
 use super::wakes::{DispatcherWake, PollAgain};
-use crate::SandboxError;
-use crate::io_thread::IoThread;
-use crate::runtime::StickyFailure;
+use crate::embed::io_thread::IoThread;
 
 /// What a [`StoreDriver`] serves: a session that owns the store and its request queue.
 pub(crate) trait Served: Send + Sized + 'static {
@@ -83,6 +84,15 @@ pub(crate) struct Reply<T, E> {
 }
 
 impl<T, E> Reply<T, E> {
+    /// A reply to a task's call (no thread to wait for), for tests that build requests by hand.
+    #[cfg(test)]
+    pub(crate) fn to_task(sender: oneshot::Sender<Result<T, E>>) -> Reply<T, E> {
+        Reply {
+            sender,
+            departures: None,
+        }
+    }
+
     /// Sends the answer; a caller that stopped waiting only stops listening.
     pub(crate) fn send(self, result: Result<T, E>) {
         if let Some(departures) = &self.departures {
@@ -251,10 +261,6 @@ pub(super) type DriverId = u64;
 
 /// The dispatcher thread's [`DriverId`].
 pub(super) const DISPATCHER: DriverId = 0;
-
-pub(super) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(PoisonError::into_inner)
-}
 
 impl<S: Served> Shared<S> {
     pub(super) fn send(&self, request: S::Request) -> Result<(), S::Error> {

@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::{Arc, Condvar, Mutex, PoisonError};
 use std::task::Waker;
 
-use super::store_driver::lock;
+use super::poison::lock;
 
 #[derive(Default)]
 pub(super) struct Wake {

@@ -1,82 +1,17 @@
-//! The sandboxed driver's grouping policy, apart from the store it drives: which queued
-//! durable commits travel as one guest call ([`gather_durable_commits`], a pure function), how
-//! long a run collects a group's answers before sending them ([`AnswerBurst`], a pure state
-//! machine), and the hold that lets the threads a group answered come back before the run goes
-//! on ([`Departures`]). Each has deterministic unit tests here or in `super::tests`. The guest's group commit (`stele::wal::group_commit`) then groups what
-//! these calls stage; these rules only decide how callers reach it.
+//! The sandboxed WAL's grouping policy, apart from the store it drives: which queued durable
+//! commits travel as one guest call ([`gather_durable_commits`], a pure function), and how long
+//! a run collects a group's answers before sending them ([`AnswerBurst`], a pure state
+//! machine). Each has deterministic unit tests here or in `super::tests`. The hold that lets
+//! the threads a group answered come back before the run goes on is the sandbox's
+//! (`crate::sandbox::departures`). The guest's group commit (`stele::wal::group_commit`) then
+//! groups what these calls stage; these rules only decide how callers reach it.
 
-use std::future::Future;
 use std::ops::Range;
-use std::pin::Pin;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
-use std::task::{Context, Poll, Waker};
 
 use stele::wal::LogSeq;
 
-use super::store_driver::lock;
-use super::wal_session::{Request, WalReply};
-use crate::bindings::engine_async::exports::stele::log::wal as wit;
-
-/// Answers sent to blocked threads and not yet taken. While there are any, no run is polled
-/// (see [`HeldForDepartures`]); the calls those threads make next are started together once
-/// the last is back, and join the group the calls already waiting are in.
-///
-/// Why: a group's callers are answered together, but each has to wake to take its answer, and
-/// the first back would otherwise lead a group of itself and whoever had staged. The native
-/// thread driver waits the same way (`GroupCommit::departing_waiters`). Starting each call as
-/// it arrives does not do: a leader's gathering round resumes before the new call stages in
-/// the same turn, ends quiet, and the group splits (2.7 records per fsync at N=4, against 3.5
-/// holding everything). Only threads count: a thread always wakes on its answer, where a task
-/// may be kept unpolled by its owner.
-#[derive(Default)]
-pub(super) struct Departures {
-    untaken: AtomicUsize,
-    /// The last driver held back, woken once every answer is taken.
-    held: Mutex<Option<Waker>>,
-}
-
-impl Departures {
-    pub(super) fn answered(&self) {
-        self.untaken.fetch_add(1, Ordering::SeqCst);
-    }
-
-    pub(super) fn left(&self) {
-        if self.untaken.fetch_sub(1, Ordering::SeqCst) == 1
-            && let Some(held) = lock(&self.held).take()
-        {
-            held.wake();
-        }
-    }
-
-    fn poll_all_left(&self, cx: &mut Context<'_>) -> Poll<()> {
-        if self.untaken.load(Ordering::SeqCst) == 0 {
-            return Poll::Ready(());
-        }
-        *lock(&self.held) = Some(cx.waker().clone());
-        // `left` may have found no waker to wake just before it was stored.
-        if self.untaken.load(Ordering::SeqCst) == 0 {
-            lock(&self.held).take();
-            return Poll::Ready(());
-        }
-        Poll::Pending
-    }
-}
-
-/// A run that is not polled while threads have answers to take: see [`Departures`].
-pub(super) struct HeldForDepartures<F> {
-    pub(super) departures: Arc<Departures>,
-    pub(super) run: F,
-}
-
-impl<F: Future + Unpin> Future for HeldForDepartures<F> {
-    type Output = F::Output;
-
-    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
-        std::task::ready!(self.departures.poll_all_left(cx));
-        Pin::new(&mut self.run).poll(cx)
-    }
-}
+use super::request::{Request, WalReply};
+use crate::embed::bindings::engine_async::exports::stele::log::wal as wit;
 
 /// How long a run collects the answers of one group before it sends any. The calls a group
 /// completes finish about one per turn of the store: the run takes turns while they bring
@@ -187,9 +122,6 @@ pub(super) fn gather_durable_commits(
 
 #[cfg(test)]
 mod tests {
-    use std::sync::atomic::AtomicUsize;
-    use std::task::Wake;
-
     use super::*;
 
     #[test]
@@ -213,41 +145,5 @@ mod tests {
             !AnswerBurst::begin(0).another_turn(1),
             "nothing else in flight"
         );
-    }
-
-    struct CountWakes(AtomicUsize);
-
-    impl Wake for CountWakes {
-        fn wake(self: Arc<Self>) {
-            self.0.fetch_add(1, Ordering::SeqCst);
-        }
-    }
-
-    #[test]
-    fn a_run_is_held_until_every_answered_thread_has_left_and_the_last_wakes_it() {
-        let departures = Departures::default();
-        let wakes = Arc::new(CountWakes(AtomicUsize::new(0)));
-        let waker = Waker::from(wakes.clone());
-        let mut cx = Context::from_waker(&waker);
-        assert!(
-            departures.poll_all_left(&mut cx).is_ready(),
-            "nobody answered"
-        );
-        departures.answered();
-        departures.answered();
-        assert!(departures.poll_all_left(&mut cx).is_pending());
-        departures.left();
-        assert_eq!(
-            wakes.0.load(Ordering::SeqCst),
-            0,
-            "one answer is still untaken"
-        );
-        departures.left();
-        assert_eq!(
-            wakes.0.load(Ordering::SeqCst),
-            1,
-            "the last to leave wakes the run"
-        );
-        assert!(departures.poll_all_left(&mut cx).is_ready());
     }
 }

@@ -16,6 +16,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use futures::stream::FuturesUnordered;
 use futures::{FutureExt, StreamExt};
+use stele::vfs::Vfs;
 use stele::wal::{
     LogSeq, Recovery, VisibleRecord, WalOptions, WalRetirement, WalTruncation, WalWriterStats,
 };
@@ -23,64 +24,24 @@ use tokio::sync::mpsc;
 use wasmtime::Store;
 use wasmtime::component::ResourceAny;
 
-use super::grouping::{AnswerBurst, Call, DurableBatches, gather_durable_commits};
-use super::guest_calls::{Answer, Sent, Task, answer_with};
-use super::posted_io::block_on_sending_io;
-use super::store_driver::{Reply, Run, Served};
-use crate::bindings::engine_async::EngineAsync;
-use crate::bindings::engine_async::exports::stele::log::wal as wit;
-use crate::convert::with_async::{
+use super::convert::with_async::{
     as_retention_error, from_wit_error, from_wit_range, from_wit_recovery, from_wit_retirement,
-    from_wit_stats, from_wit_truncation, from_wit_visible, wit_options,
+    from_wit_stats, from_wit_truncation, from_wit_visible, wit_batch, wit_options,
 };
-use crate::io_thread::IoThread;
-use crate::runtime::{GuestState, trap_error};
-use crate::{SandboxError, WalError};
-
-/// Where a WAL call's answer goes.
-pub(crate) type WalReply<T> = Reply<T, WalError>;
-
-pub(crate) enum Request {
-    CommitManyDurable {
-        records: Vec<wit::CommitRecord>,
-        /// The batch's size, encoded, as checked before it was sent.
-        encoded_bytes: usize,
-        reply: WalReply<Range<LogSeq>>,
-    },
-    Flush {
-        reply: WalReply<()>,
-    },
-    SealActiveSegment {
-        reply: WalReply<bool>,
-    },
-    CommitMany {
-        records: Vec<wit::CommitRecord>,
-        reply: WalReply<Range<LogSeq>>,
-    },
-    VisibleRecords {
-        first_seq: u64,
-        limit: u32,
-        reply: WalReply<Vec<VisibleRecord>>,
-    },
-    Retire {
-        through: u64,
-        reply: WalReply<WalRetirement>,
-    },
-    Stats {
-        reply: WalReply<WalWriterStats>,
-    },
-    Checkpoint {
-        through: u64,
-        reply: WalReply<()>,
-    },
-    TruncateThrough {
-        through: u64,
-        reply: WalReply<WalTruncation>,
-    },
-    Segments {
-        reply: WalReply<Vec<LogSeq>>,
-    },
-}
+use super::engine::{Batch, Pending, WalEngine};
+use super::error::WalError;
+use super::grouping::{AnswerBurst, Call, DurableBatches, gather_durable_commits};
+use super::request::{Request, WalReply};
+use crate::Mode;
+use crate::embed::bindings::engine_async::EngineAsync;
+use crate::embed::bindings::engine_async::exports::stele::log::wal as wit;
+use crate::embed::io_thread::IoThread;
+use crate::sandbox::SandboxError;
+use crate::sandbox::guest_calls::{Answer, Sent, Task, answer_with};
+use crate::sandbox::posted_io::block_on_sending_io;
+use crate::sandbox::runtime::{GuestState, SandboxLimits, trap_error};
+use crate::sandbox::start::start_session;
+use crate::sandbox::store_driver::{Run, Served, StoreDriver};
 
 /// The WAL's instance and everything needed to serve it, handed from thread to thread.
 pub(super) struct WalSession {
@@ -274,7 +235,7 @@ impl WalSession {
 /// Starts one call as a guest task.
 fn start<'a>(
     acc: &'a wasmtime::component::Accessor<GuestState>,
-    writer_api: &'a crate::bindings::engine_async::exports::stele::log::wal_async::GuestWriter<'a>,
+    writer_api: &'a crate::embed::bindings::engine_async::exports::stele::log::wal_async::GuestWriter<'a>,
     writer: ResourceAny,
     call: Call,
 ) -> Task<'a> {
@@ -348,5 +309,174 @@ fn start<'a>(
                 }),
             )
         }),
+    }
+}
+/// The WAL's engine in the async instance: the store driver serving one WAL session. Dropping
+/// it stops the dispatcher thread (after it has served what is queued) and drops the instance.
+pub(crate) struct AsyncSandbox(StoreDriver<WalSession>);
+
+impl AsyncSandbox {
+    /// Instantiates the async component and creates (`create`) or opens the log in it, on the
+    /// dispatcher thread (the caller may be inside a tokio runtime, where it must not block).
+    pub(crate) fn start(
+        vfs: Arc<dyn Vfs>,
+        path: &str,
+        options: WalOptions,
+        limits: SandboxLimits,
+        create: bool,
+    ) -> Result<(AsyncSandbox, Recovery), WalError> {
+        let path = path.to_owned();
+        let (driver, recovery) = start_session(vfs, limits, move |store, bindings, io, queue| {
+            open_session(store, bindings, io, path, options, create, queue)
+        })?;
+        Ok((AsyncSandbox(driver), recovery))
+    }
+
+    /// Sends a request and blocks this thread for its answer (see
+    /// [`StoreDriver::request_blocking`]).
+    fn blocking<T>(&self, make: impl FnOnce(WalReply<T>) -> Request) -> Result<T, WalError> {
+        self.0.request_blocking(make)
+    }
+
+    /// Sends a request; the returned future awaits its answer (see [`StoreDriver::request`]).
+    fn pending<T: Send + 'static>(
+        self: Arc<Self>,
+        make: impl FnOnce(WalReply<T>) -> Request + Send + 'static,
+    ) -> Pending<'static, T> {
+        Box::pin(async move { self.0.request(make).await })
+    }
+}
+
+/// Every call is a request to the session; a thread's call blocks on it, a task's awaits it.
+impl WalEngine for AsyncSandbox {
+    fn mode(&self) -> Mode {
+        Mode::Sandboxed
+    }
+
+    fn commit_many(
+        &self,
+        records: Batch<'_>,
+        encoded_bytes: usize,
+        durable: bool,
+    ) -> Result<Range<LogSeq>, WalError> {
+        let records = wit_batch(records);
+        self.blocking(|reply| commit_request(records, encoded_bytes, durable, reply))
+    }
+    fn flush(&self) -> Result<(), WalError> {
+        self.blocking(|reply| Request::Flush { reply })
+    }
+    fn seal_active_segment(&self) -> Result<bool, WalError> {
+        self.blocking(|reply| Request::SealActiveSegment { reply })
+    }
+    fn visible_records(
+        &self,
+        first_seq: LogSeq,
+        limit: usize,
+    ) -> Result<Vec<VisibleRecord>, WalError> {
+        self.blocking(|reply| visible_request(first_seq, limit, reply))
+    }
+    fn retire_visible_through(&self, through: LogSeq) -> Result<WalRetirement, WalError> {
+        self.blocking(|reply| Request::Retire {
+            through: through.0,
+            reply,
+        })
+    }
+    fn stats(&self) -> Result<WalWriterStats, WalError> {
+        self.blocking(|reply| Request::Stats { reply })
+    }
+    fn checkpoint(&self, through: LogSeq) -> Result<(), WalError> {
+        self.blocking(|reply| Request::Checkpoint {
+            through: through.0,
+            reply,
+        })
+    }
+    fn truncate_through(&self, through: LogSeq) -> Result<WalTruncation, WalError> {
+        self.blocking(|reply| Request::TruncateThrough {
+            through: through.0,
+            reply,
+        })
+    }
+    fn segments(&self) -> Result<Vec<LogSeq>, WalError> {
+        self.blocking(|reply| Request::Segments { reply })
+    }
+
+    fn commit_many_async<'a>(
+        self: Arc<Self>,
+        records: Batch<'a>,
+        encoded_bytes: usize,
+        durable: bool,
+    ) -> Pending<'a, Range<LogSeq>> {
+        // Copied into the request now: the call's future does not borrow the caller's batch.
+        let records = wit_batch(records);
+        self.pending(move |reply| commit_request(records, encoded_bytes, durable, reply))
+    }
+    fn flush_async(self: Arc<Self>) -> Pending<'static, ()> {
+        self.pending(|reply| Request::Flush { reply })
+    }
+    fn seal_active_segment_async(self: Arc<Self>) -> Pending<'static, bool> {
+        self.pending(|reply| Request::SealActiveSegment { reply })
+    }
+    fn visible_records_async(
+        self: Arc<Self>,
+        first_seq: LogSeq,
+        limit: usize,
+    ) -> Pending<'static, Vec<VisibleRecord>> {
+        self.pending(move |reply| visible_request(first_seq, limit, reply))
+    }
+    fn retire_visible_through_async(
+        self: Arc<Self>,
+        through: LogSeq,
+    ) -> Pending<'static, WalRetirement> {
+        self.pending(move |reply| Request::Retire {
+            through: through.0,
+            reply,
+        })
+    }
+    fn stats_async(self: Arc<Self>) -> Pending<'static, WalWriterStats> {
+        self.pending(|reply| Request::Stats { reply })
+    }
+    fn checkpoint_async(self: Arc<Self>, through: LogSeq) -> Pending<'static, ()> {
+        self.pending(move |reply| Request::Checkpoint {
+            through: through.0,
+            reply,
+        })
+    }
+    fn truncate_through_async(self: Arc<Self>, through: LogSeq) -> Pending<'static, WalTruncation> {
+        self.pending(move |reply| Request::TruncateThrough {
+            through: through.0,
+            reply,
+        })
+    }
+    fn segments_async(self: Arc<Self>) -> Pending<'static, Vec<LogSeq>> {
+        self.pending(|reply| Request::Segments { reply })
+    }
+}
+
+fn commit_request(
+    records: Vec<wit::CommitRecord>,
+    encoded_bytes: usize,
+    durable: bool,
+    reply: WalReply<Range<LogSeq>>,
+) -> Request {
+    match durable {
+        true => Request::CommitManyDurable {
+            records,
+            encoded_bytes,
+            reply,
+        },
+        false => Request::CommitMany { records, reply },
+    }
+}
+
+/// `limit` is capped at `u32::MAX`, the WIT's width.
+fn visible_request(
+    first_seq: LogSeq,
+    limit: usize,
+    reply: WalReply<Vec<VisibleRecord>>,
+) -> Request {
+    Request::VisibleRecords {
+        first_seq: first_seq.0,
+        limit: u32::try_from(limit).unwrap_or(u32::MAX),
+        reply,
     }
 }

@@ -3,21 +3,24 @@
 use std::ops::Range;
 use std::sync::Arc;
 
-use stele::vfs::Vfs;
+use stele::vfs::{MemVfs, Vfs};
 use stele::wal::record::encoded_len;
 use stele::wal::{DurabilityPolicy, LogSeq, WalOptions, WalWriteError};
 use tokio::sync::{mpsc, oneshot};
 
+use super::convert::plain::wit_options;
+use super::convert::with_async::from_wit_range;
+use super::error::WalError;
 use super::grouping::{Call, gather_durable_commits};
-use super::posted_io::block_on_sending_io;
-use super::store_driver::Reply;
-use super::wal_session::{Request, WalSession, answer, answer_batches, open_session};
-use crate::bindings::engine_async::exports::stele::log::wal as wit;
-use crate::convert::with_async::from_wit_range;
+use super::request::Request;
+use super::session::{WalSession, answer, answer_batches, open_session};
+use crate::embed::bindings::engine_async::exports::stele::log::wal as wit;
+use crate::embed::io_thread::IoThread;
 use crate::fs::{FaultFs, FaultRule, InjectedError, OpKind};
-use crate::io_thread::IoThread;
-use crate::runtime::{Runtime, SandboxLimits};
-use crate::{SandboxError, WalError};
+use crate::sandbox::SandboxError;
+use crate::sandbox::posted_io::block_on_sending_io;
+use crate::sandbox::runtime::{Runtime, SandboxLimits};
+use crate::sandbox::store_driver::Reply;
 
 fn records(payload_bytes: &[usize]) -> Vec<wit::CommitRecord> {
     payload_bytes
@@ -34,19 +37,13 @@ fn durable(records: Vec<wit::CommitRecord>) -> Request {
     Request::CommitManyDurable {
         encoded_bytes: records.iter().map(|r| encoded_len(r.payload.len())).sum(),
         records,
-        reply: Reply {
-            sender: oneshot::channel().0,
-            departures: None,
-        },
+        reply: Reply::to_task(oneshot::channel().0),
     }
 }
 
 fn stats() -> Request {
     Request::Stats {
-        reply: Reply {
-            sender: oneshot::channel().0,
-            departures: None,
-        },
+        reply: Reply::to_task(oneshot::channel().0),
     }
 }
 
@@ -96,13 +93,7 @@ fn a_miscounted_batch_answer_fails_every_caller_and_breaks_the_instance() {
     let (replies, answers): (Vec<_>, Vec<_>) = (0..3)
         .map(|_| {
             let (sender, answer) = oneshot::channel();
-            (
-                Reply {
-                    sender,
-                    departures: None,
-                },
-                answer,
-            )
+            (Reply::to_task(sender), answer)
         })
         .unzip();
     let one_outcome = vec![Ok(wit::SeqRange { start: 0, end: 1 })];
@@ -253,5 +244,49 @@ fn a_failed_group_fails_only_the_batches_in_it() {
         payload_lens_after_power_loss(&fault),
         [200],
         "the acknowledged record survives"
+    );
+}
+
+/// The host's handle to a guest resource, used after the host dropped it: the call fails
+/// with an error (no guest code runs, nothing panics), and the host goes on instantiating.
+#[test]
+fn a_dropped_writer_handle_is_an_error() {
+    let runtime = Runtime::get().unwrap();
+    let vfs: Arc<dyn Vfs> = Arc::new(MemVfs::new());
+    let (mut store, bindings) = runtime
+        .instantiate(vfs.clone(), SandboxLimits::default())
+        .unwrap();
+    let api = bindings.stele_log_wal().writer();
+    let options = wit_options(WalOptions::single_file(DurabilityPolicy::FullSync));
+    let writer = api
+        .call_create(&mut store, "a.wal", options)
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        api.call_commit_durable(&mut store, writer, 1, b"x")
+            .unwrap()
+            .unwrap(),
+        0
+    );
+    writer.resource_drop(&mut store).unwrap();
+
+    let err = api
+        .call_commit_durable(&mut store, writer, 1, b"y")
+        .unwrap_err();
+    assert!(format!("{err:#}").contains("unknown handle"), "{err:#}");
+    assert!(writer.resource_drop(&mut store).is_err(), "a second drop");
+
+    let (mut store, bindings) = runtime.instantiate(vfs, SandboxLimits::default()).unwrap();
+    let api = bindings.stele_log_wal().writer();
+    let (writer, recovery) = api
+        .call_open(&mut store, "a.wal", options)
+        .unwrap()
+        .unwrap();
+    assert_eq!(recovery.records, 1, "only the record made before the drop");
+    assert_eq!(
+        api.call_commit_durable(&mut store, writer, 1, b"z")
+            .unwrap()
+            .unwrap(),
+        1
     );
 }

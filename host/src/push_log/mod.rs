@@ -1,0 +1,11 @@
+//! The push log's typed API with `arrow` record batches, the same in every [`crate::Mode`]:
+//! [`PushLog`] and its scan. May import `crate::sandbox`, `crate::embed` and
+//! `crate::archive_gate`; no other facet.
+
+mod convert;
+mod error;
+mod handle;
+mod session;
+
+pub use error::PushLogCallError;
+pub use handle::{PushLog, PushLogScan};
