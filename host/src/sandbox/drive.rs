@@ -10,8 +10,8 @@ use std::task::{Context, Poll, Waker};
 use tokio::sync::oneshot;
 
 use super::departures::Departures;
+use super::instance::{DriverId, Run, Served, Shared};
 use super::posted_io::{RunIo, run_in_place};
-use super::store_driver::{DriverId, Run, Served, Shared};
 use super::wakes::{PollAgain, RUNNING_OWN_IO};
 use crate::embed::io_thread::PostedIo;
 

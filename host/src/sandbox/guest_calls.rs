@@ -13,8 +13,8 @@ use tokio::sync::mpsc;
 use wasmtime::component::Accessor;
 
 use super::error::SandboxError;
+use super::instance::Reply;
 use super::runtime::GuestState;
-use super::store_driver::Reply;
 
 /// A started guest call. It resolves to its answer, which the session sends.
 pub(crate) type Task<'a> = Pin<Box<dyn Future<Output = Answer> + Send + 'a>>;

@@ -1,6 +1,6 @@
 //! The sandbox: runs the engine's component in wasmtime, and serves one instance to many
 //! callers. Generic: no file here names a facet. Each facet's session (`crate::wal::session`,
-//! `crate::journal::session`, `crate::push_log::session`) implements `store_driver::Served` in its own
+//! `crate::journal::session`, `crate::push_log::session`) implements `instance::Served` in its own
 //! folder; this folder owns everything else. May import `crate::embed` (the bindings and the
 //! imports it links) and nothing of the facets.
 //!
@@ -9,7 +9,8 @@
 //! - [`error`]: [`SandboxError`] and the sticky-failure rule; [`plain`]: one plain instance
 //!   ([`PlainInstance`]);
 //! - [`start`]: every async handle's start; [`store_driver`]: serves one instance to
-//!   concurrent callers (runs, parking, the dispatcher thread); [`drive`]: one caller's wait,
+//!   concurrent callers (who drives when, the dispatcher thread); [`instance`]: the state they
+//!   share (the session, its runs, where the instance is); [`drive`]: one caller's wait,
 //!   driving the run when it can; [`wakes`]: the wakes both use; [`departures`]: a run waits
 //!   for the threads it answered;
 //! - [`posted_io`]: where a run's posted I/O (a guest's sync) runs: the caller's thread, its
@@ -24,6 +25,7 @@ pub(crate) mod departures;
 mod drive;
 pub(crate) mod error;
 pub(crate) mod guest_calls;
+pub(crate) mod instance;
 pub(crate) mod plain;
 mod poison;
 pub(crate) mod posted_io;

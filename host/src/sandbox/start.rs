@@ -7,9 +7,10 @@ use stele::vfs::Vfs;
 use tokio::sync::mpsc;
 use wasmtime::Store;
 
+use super::instance::Served;
 use super::posted_io::block_on_sending_io;
 use super::runtime::{GuestState, Runtime, SandboxLimits};
-use super::store_driver::{Served, StoreDriver};
+use super::store_driver::StoreDriver;
 use crate::embed::bindings::engine_async::EngineAsync;
 use crate::embed::io_thread::IoThread;
 
