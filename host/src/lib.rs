@@ -95,5 +95,5 @@ pub use sandbox::{SandboxError, SandboxLimits, code_cache, runtime};
 pub use stele;
 pub use wal::{AsyncWal, Wal, WalError, WalScan, WalTail, read_wal, read_wal_from};
 /// The wasmtime this crate is built on, so that an embedder names the same `Engine`, `Linker`
-/// and `Store` types. See the README's "Which wasmtime".
+/// and `Store` types. See `docs/EMBEDDING.md`, "Which wasmtime".
 pub use wasmtime;

@@ -265,7 +265,8 @@ fn oversized_payload_and_batch_are_refused_before_the_boundary(mode: Mode) {
 
 /// A push past one frame's bound ([`stele::frame::BODY_BYTES_MAX`]) is a typed error that
 /// writes nothing, in every mode; sandboxed, the host refuses it before copying it into an
-/// instance whose memory (32 MiB here) could not even hold it.
+/// instance whose memory (32 MiB here) could not even hold it. The schema is checked first: an
+/// oversized batch of another schema gets `SchemaMismatch` in every mode.
 fn oversized_push_is_refused_before_the_boundary(mode: Mode) {
     let root = TempRoot::new();
     let limits = SandboxLimits {
@@ -285,6 +286,19 @@ fn oversized_push_is_refused_before_the_boundary(mode: Mode) {
             err,
             PushLogCallError::PushLog(PushLogError::PushTooLarge { bytes, bytes_max })
                 if bytes > bytes_max && bytes_max == stele::frame::BODY_BYTES_MAX
+        ),
+        "{err:?}"
+    );
+    assert_eq!(root.read("p").len(), len_before, "nothing written");
+    // Of another schema too: the schema is checked first, in every mode, so the same batch gets
+    // the same error natively and sandboxed.
+    let other = Arc::new(Schema::new(vec![Field::new("m", DataType::Int64, false)]));
+    let huge_other = RecordBatch::try_new(other, vec![huge.column(0).clone()]).unwrap();
+    let err = log.append(&huge_other).unwrap_err();
+    assert!(
+        matches!(
+            err,
+            PushLogCallError::PushLog(PushLogError::SchemaMismatch { .. })
         ),
         "{err:?}"
     );

@@ -782,14 +782,22 @@ fn one_bad_batch_gets_the_same_error_in_all_six_ways_to_call() {
             ..opts(DurabilityPolicy::FullSync, 0)
         };
         let wal = Wal::create(root.vfs(), "same.wal", o, mode).unwrap();
-        let gate = Arc::new(stele_host::archive_gate::ArchiveGate::new(LogSeq(0), 0, 100, 1));
+        let gate = Arc::new(stele_host::archive_gate::ArchiveGate::new(
+            LogSeq(0),
+            0,
+            100,
+            1,
+        ));
         wal.attach_archive_gate(gate).unwrap();
         let tasks = wal.to_async();
         for (what, batch, expected) in &cases {
             let got = [
                 ("commit_many", wal.commit_many(batch)),
                 ("commit_many_durable", wal.commit_many_durable(batch)),
-                ("async commit_many", runtime.block_on(tasks.commit_many(batch))),
+                (
+                    "async commit_many",
+                    runtime.block_on(tasks.commit_many(batch)),
+                ),
                 (
                     "async commit_many_durable",
                     runtime.block_on(tasks.commit_many_durable(batch)),

@@ -328,6 +328,18 @@ fn log_len(vfs: &dyn Vfs, path: &str) -> Result<u64, PushLogError> {
     }
 }
 
+/// Refuses a batch whose fields are not the log's `schema`'s, with the error every push-log
+/// writer gives. Public so that a host checks a push in the same order in every mode: the
+/// schema first, then (once encoded) the size.
+pub fn check_schema(schema: &SchemaRef, batch: &RecordBatch) -> Result<(), PushLogError> {
+    if batch.schema_ref().fields() != schema.fields() {
+        return Err(PushLogError::SchemaMismatch {
+            found: format!("{:?}", batch.schema()),
+        });
+    }
+    Ok(())
+}
+
 /// Refuses a push of `bytes` IPC bytes that would not fit in one frame, with the error every
 /// push-log writer gives. Public so that a host can refuse it before copying the bytes into a
 /// sandboxed writer's memory.

@@ -13,8 +13,8 @@ use arrow_schema::SchemaRef;
 
 use super::{
     COMPACTED_FRAME_BYTES_TARGET, COMPACTING_SUFFIX, CompactionPolicy, CompactionReport, Finish,
-    PUSH_LOG_FORMAT, PushLogError, PushLogScan, ReservedSection, check_push_size, frame_count, ipc,
-    log_len,
+    PUSH_LOG_FORMAT, PushLogError, PushLogScan, ReservedSection, check_push_size, check_schema,
+    frame_count, ipc, log_len,
 };
 use crate::frame::appender::{FramedAppender, OpenError};
 use crate::frame::{self};
@@ -78,12 +78,7 @@ impl<Io: DeviceIo + Clone> PushLogWriter<Io> {
     }
 
     fn check_schema(&self, batch: &RecordBatch) -> Result<(), PushLogError> {
-        if batch.schema_ref().fields() != self.schema.fields() {
-            return Err(PushLogError::SchemaMismatch {
-                found: format!("{:?}", batch.schema()),
-            });
-        }
-        Ok(())
+        check_schema(&self.schema, batch)
     }
 
     /// Writes one frame holding `body`, a checked IPC stream of the log's schema, and syncs it.

@@ -2,32 +2,31 @@
 //!
 //! Every mode runs under one driver, [`stele::journal::Writer`]: each call moves the journal
 //! and the caller's buffer to tokio's blocking pool and takes them back, so the executor never
-//! blocks on a write or an fsync, and `append` gives back the caller's own allocation.
-//! - [`Mode::Native`]: the engine's [`JournalFile`] over the caller's [`Vfs`].
+//! blocks on a write or an fsync, and `append` gives back the caller's own allocation. Where
+//! the engine runs is picked once, at open ([`super::engine`]):
+//! - [`Mode::Native`]: the engine's [`stele::journal::JournalFile`] over the caller's [`Vfs`].
 //! - [`Mode::Sandboxed`]: the async-ABI component's `journal-async` export, one instance served
 //!   by the store driver as the sandboxed WAL's and push log's are: the blocking thread that
 //!   makes a call drives the instance, and runs its sync, when the call is alone.
 //! - [`Mode::SandboxedPlain`]: the plain component's `journal` export, in an instance of its
 //!   own whose calls are serialized.
 //!
-//! Durability claims are the engine's ([`JournalFile::append`], [`JournalFile::compact`]);
+//! Durability claims are the engine's ([`stele::journal::JournalFile::append`],
+//! [`stele::journal::JournalFile::compact`]);
 //! they hold in every mode, because the guest issues the same syncs through its imports.
 
 use std::sync::Arc;
 
-use stele::journal::{BlockingJournal, JournalFile, JournalOp, JournalRecovery, Writer, replay};
-use stele::vfs::{ReadyIo, Vfs};
-use wasmtime::Store;
-use wasmtime::component::ResourceAny;
+use stele::journal::{BlockingJournal, JournalOp, JournalRecovery, Writer, replay};
+use stele::vfs::Vfs;
 
 use super::convert::{plain as plain_journal, with_async as async_journal};
+use super::engine::{JournalEngine, open_engine};
 use super::error::JournalError;
-use super::session::{self as journal_session, AsyncJournal, JournalRequest};
 use crate::Mode;
 use crate::archive_gate::CompactionListener;
-use crate::embed::bindings::{self, exports::stele::log::journal as plain_wit};
-use crate::sandbox::runtime::{GuestState, Runtime, SandboxLimits, trap_error};
-use crate::sandbox::{PlainInstance, SandboxError};
+use crate::sandbox::SandboxError;
+use crate::sandbox::runtime::{Runtime, SandboxLimits, trap_error};
 
 /// A journal writer, native or sandboxed, with the API of
 /// `../shared/reference/journal-writer-api.txt`. One writer per journal: a second `open` of the
@@ -42,7 +41,7 @@ pub struct Journal {
 }
 
 impl Journal {
-    /// Opens (or creates) the journal at `path`; see [`JournalFile::open`]. Sandboxed, the
+    /// Opens (or creates) the journal at `path`; see [`stele::journal::JournalFile::open`]. Sandboxed, the
     /// instance has the default [`SandboxLimits`].
     #[tracing::instrument(level = "info", skip_all, fields(path = %path, mode = mode.name()))]
     pub async fn open(vfs: Arc<dyn Vfs>, path: &str, mode: Mode) -> Result<Journal, JournalError> {
@@ -77,14 +76,15 @@ impl Journal {
     }
 
     /// Appends whole op frames ([`stele::journal::encode_frames`]) and makes them durable; see
-    /// [`JournalFile::append`]. `buf` comes back with the same allocation and contents, on
+    /// [`stele::journal::JournalFile::append`]. `buf` comes back with the same allocation and contents, on
     /// success and on error alike.
     #[tracing::instrument(level = "debug", skip_all, fields(mode = self.mode().name()))]
     pub async fn append(&mut self, buf: &mut Vec<u8>) -> Result<(), JournalError> {
         self.writer.append(buf).await
     }
 
-    /// Atomically replaces the journal with `snapshot`; see [`JournalFile::compact`]. On `Ok`
+    /// Atomically replaces the journal with `snapshot`; see
+    /// [`stele::journal::JournalFile::compact`]. On `Ok`
     /// the attached [`CompactionListener`], if any, is told.
     #[tracing::instrument(level = "info", skip_all, fields(mode = self.mode().name()))]
     pub async fn compact(&mut self, snapshot: Vec<u8>) -> Result<(), JournalError> {
@@ -175,24 +175,20 @@ fn flatten<R>(answer: wasmtime::Result<wasmtime::Result<R>>) -> Result<R, Sandbo
     answer.and_then(|inner| inner).map_err(trap_error)
 }
 
-/// The journal each mode drives, behind one blocking interface.
-pub(crate) enum HostJournal {
-    Native(JournalFile<ReadyIo>),
-    /// The async instance, served by the store driver; a call blocks the pool thread it runs
-    /// on, which drives the instance (and its sync) itself when the call is alone.
-    Sandboxed(AsyncJournal),
-    SandboxedPlain(Box<PlainInstance>),
+/// The journal's engine behind the blocking interface [`Writer`] drives, wherever it runs.
+/// Every append is checked here, before any engine sees it, in every mode alike: a sandboxed
+/// engine is then never handed one larger than its memory may hold (the engine checks again,
+/// as it must for callers without this crate).
+pub(crate) struct HostJournal {
+    engine: Box<dyn JournalEngine>,
+    mode: Mode,
 }
 
 impl std::fmt::Debug for HostJournal {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            HostJournal::Native(file) => f.debug_tuple("Native").field(file).finish(),
-            HostJournal::Sandboxed(_) => f.write_str("Sandboxed"),
-            HostJournal::SandboxedPlain(guest) => {
-                f.debug_tuple("SandboxedPlain").field(guest).finish()
-            }
-        }
+        f.debug_struct("HostJournal")
+            .field("mode", &self.mode)
+            .finish_non_exhaustive()
     }
 }
 
@@ -203,39 +199,8 @@ impl HostJournal {
         mode: Mode,
         limits: SandboxLimits,
     ) -> Result<HostJournal, JournalError> {
-        match mode {
-            Mode::Native => Ok(HostJournal::Native(JournalFile::open_blocking(vfs, path)?)),
-            Mode::Sandboxed => Ok(HostJournal::Sandboxed(journal_session::start(
-                vfs, path, limits,
-            )?)),
-            Mode::SandboxedPlain => {
-                let (mut store, engine) = Runtime::get()?.instantiate(vfs, limits)?;
-                let writer = engine
-                    .stele_log_journal()
-                    .writer()
-                    .call_open(&mut store, path)
-                    .map_err(trap_error)?
-                    .map_err(plain_journal::from_wit_journal_error)?;
-                Ok(HostJournal::SandboxedPlain(Box::new(PlainInstance::new(
-                    store, engine, writer,
-                ))))
-            }
-        }
-    }
-
-    /// One call in the plain instance; a trap is sticky ([`PlainInstance::call`]).
-    fn plain<R>(
-        guest: &mut PlainInstance,
-        call: impl FnOnce(
-            &mut Store<GuestState>,
-            &plain_wit::GuestWriter<'_>,
-            ResourceAny,
-        ) -> wasmtime::Result<Result<R, plain_wit::JournalError>>,
-    ) -> Result<R, JournalError> {
-        let answer = guest.call(|store, engine: &bindings::Engine, writer| {
-            call(store, &engine.stele_log_journal().writer(), writer)
-        })?;
-        Ok(answer.map_err(plain_journal::from_wit_journal_error)?)
+        let engine = open_engine(vfs, path, mode, limits)?;
+        Ok(HostJournal { engine, mode })
     }
 }
 
@@ -243,50 +208,16 @@ impl BlockingJournal for HostJournal {
     type Error = JournalError;
 
     fn append(&mut self, frames: &[u8]) -> Result<(), JournalError> {
-        if !matches!(self, HostJournal::Native(_)) {
-            // Refused here as the writer would refuse it, not after a copy into the guest's
-            // memory, which may be smaller than the append.
-            stele::journal::check_append(frames)?;
-        }
-        match self {
-            HostJournal::Native(file) => Ok(file.append_blocking(frames)?),
-            HostJournal::Sandboxed(driver) => {
-                driver.request_blocking(|reply| JournalRequest::Append {
-                    frames: frames.to_vec(),
-                    reply,
-                })
-            }
-            HostJournal::SandboxedPlain(guest) => Self::plain(guest, |store, api, writer| {
-                api.call_append(store, writer, frames)
-            }),
-        }
+        stele::journal::check_append(frames)?;
+        self.engine.append(frames)
     }
 
     fn compact(&mut self, snapshot: &[u8]) -> Result<(), JournalError> {
-        match self {
-            HostJournal::Native(file) => Ok(file.compact_blocking(snapshot)?),
-            HostJournal::Sandboxed(driver) => {
-                driver.request_blocking(|reply| JournalRequest::Compact {
-                    snapshot: snapshot.to_vec(),
-                    reply,
-                })
-            }
-            HostJournal::SandboxedPlain(guest) => Self::plain(guest, |store, api, writer| {
-                api.call_compact(store, writer, snapshot)
-            }),
-        }
+        self.engine.compact(snapshot)
     }
 
     fn clean_end(&mut self) -> Result<u64, JournalError> {
-        match self {
-            HostJournal::Native(file) => Ok(JournalFile::clean_end(file)),
-            HostJournal::Sandboxed(driver) => {
-                driver.request_blocking(|reply| JournalRequest::CleanEnd { reply })
-            }
-            HostJournal::SandboxedPlain(guest) => Self::plain(guest, |store, api, writer| {
-                api.call_clean_end(store, writer).map(Ok)
-            }),
-        }
+        self.engine.clean_end()
     }
 
     fn lost(why: String) -> JournalError {

@@ -3,6 +3,7 @@
 //! other facet.
 
 mod convert;
+mod engine;
 mod error;
 mod handle;
 mod session;

@@ -16,10 +16,11 @@ use crate::embed::bindings::engine_async::EngineAsync;
 use crate::embed::bindings::engine_async::exports::stele::log::journal as wit;
 use crate::sandbox::SandboxError;
 use crate::sandbox::guest_calls::{GuestCalls, Task, answer_with, serve_each};
+use crate::sandbox::instance::{Reply, Run, Served};
 use crate::sandbox::posted_io::block_on_sending_io;
 use crate::sandbox::runtime::{GuestState, SandboxLimits, trap_error};
 use crate::sandbox::start::start_session;
-use crate::sandbox::store_driver::{Reply, Run, Served, StoreDriver};
+use crate::sandbox::store_driver::StoreDriver;
 
 /// Where a journal call's answer goes.
 pub(crate) type JournalReply<T> = Reply<T, JournalError>;

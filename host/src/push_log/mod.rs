@@ -3,9 +3,13 @@
 //! `crate::archive_gate`; no other facet.
 
 mod convert;
+mod engine;
 mod error;
 mod handle;
+mod plain;
+mod scan;
 mod session;
 
 pub use error::PushLogCallError;
-pub use handle::{PushLog, PushLogScan};
+pub use handle::PushLog;
+pub use scan::PushLogScan;

@@ -7,7 +7,7 @@ use stele::wal::{LogSeq, VisibleRecord, WalRetirement, WalTruncation, WalWriterS
 
 use super::error::WalError;
 use crate::embed::bindings::engine_async::exports::stele::log::wal as wit;
-use crate::sandbox::store_driver::Reply;
+use crate::sandbox::instance::Reply;
 
 /// Where a WAL call's answer goes.
 pub(crate) type WalReply<T> = Reply<T, WalError>;

@@ -38,10 +38,11 @@ use crate::embed::bindings::engine_async::exports::stele::log::wal as wit;
 use crate::embed::io_thread::IoThread;
 use crate::sandbox::SandboxError;
 use crate::sandbox::guest_calls::{Answer, Sent, Task, answer_with};
+use crate::sandbox::instance::{Run, Served};
 use crate::sandbox::posted_io::block_on_sending_io;
 use crate::sandbox::runtime::{GuestState, SandboxLimits, trap_error};
 use crate::sandbox::start::start_session;
-use crate::sandbox::store_driver::{Run, Served, StoreDriver};
+use crate::sandbox::store_driver::StoreDriver;
 
 /// The WAL's instance and everything needed to serve it, handed from thread to thread.
 pub(super) struct WalSession {

@@ -18,9 +18,9 @@ use crate::embed::bindings::engine_async::exports::stele::log::wal as wit;
 use crate::embed::io_thread::IoThread;
 use crate::fs::{FaultFs, FaultRule, InjectedError, OpKind};
 use crate::sandbox::SandboxError;
+use crate::sandbox::instance::Reply;
 use crate::sandbox::posted_io::block_on_sending_io;
 use crate::sandbox::runtime::{Runtime, SandboxLimits};
-use crate::sandbox::store_driver::Reply;
 
 fn records(payload_bytes: &[usize]) -> Vec<wit::CommitRecord> {
     payload_bytes
