@@ -224,11 +224,11 @@ impl AsyncWriter {
                 };
                 let written =
                     write_segmented_group(&io, &*current, site, group, &mut scratch).await;
-                if let Some(started) = written.started {
-                    segments.retention.borrow_mut().live.push(group.seqs.start);
-                    *self.file.borrow_mut() = Rc::new(started);
-                }
-                written.result
+                written.adopt(
+                    group.seqs.start,
+                    || segments.retention.borrow_mut(),
+                    |started| *self.file.borrow_mut() = Rc::new(started),
+                )
             }
         };
         self.group_scratch.replace(scratch);

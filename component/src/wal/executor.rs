@@ -12,11 +12,13 @@
 //! the new segment's name is durable before any record in it is acknowledged. A step that fails
 //! ends the group with that step's error; nothing after it runs.
 
+use std::ops::DerefMut;
+
 use crate::vfs::{DeviceIo, FileIo, OpenMode, VfsError, write_zeros};
 
 use super::LogSeq;
 use super::group_commit::Group;
-use super::segment::{self, segment_path};
+use super::segment::{self, SegmentRetention, segment_path};
 
 /// A scratch buffer grown beyond this by a multi-batch group is released after the group, so
 /// that one large group (up to 16 MiB under `FullSync`) does not pin its size for the writer's
@@ -42,6 +44,26 @@ pub struct GroupWritten<F> {
     /// later step failed: the file exists (a failure poisons the writer, and the next open
     /// recovers or removes it).
     pub started: Option<F>,
+}
+
+impl<F> GroupWritten<F> {
+    /// The bookkeeping every driver does after a segmented group, written once: a segment the
+    /// group started becomes the current one (`make_current`) and joins the live segments
+    /// (`retention`, taken only then: a truncation may hold it while it deletes); then the
+    /// group's outcome. The segment is adopted even when the group failed after creating it
+    /// (see [`Self::started`]).
+    pub fn adopt<R: DerefMut<Target = SegmentRetention>>(
+        self,
+        group_start: LogSeq,
+        retention: impl FnOnce() -> R,
+        make_current: impl FnOnce(F),
+    ) -> Result<(), VfsError> {
+        if let Some(started) = self.started {
+            retention().live.push(group_start);
+            make_current(started);
+        }
+        self.result
+    }
 }
 
 /// Creates the segment whose first record will be `first_seq` ([`segment::prepare_segment`]),

@@ -43,7 +43,9 @@ pub mod lock;
 pub mod reader;
 pub mod record;
 pub mod replay;
+pub mod report;
 pub mod segment;
+pub mod setup;
 
 mod error;
 mod writer;
@@ -55,10 +57,10 @@ pub use reader::WalReader;
 pub use record::RecordRef;
 pub use replay::{READ_BATCH_RECORDS_MAX, Recovery, replay};
 pub use segment::WalTruncation;
-pub use writer::{
-    SegmentedSetup, SetupMode, SingleFileLock, VisibleRecord, WalRetirement, WalWriter,
-    WalWriterStats, lock_single_file, setup_log, setup_segments,
+pub use setup::{
+    SegmentedSetup, SetupMode, SingleFileLock, lock_single_file, setup_log, setup_segments,
 };
+pub use writer::{VisibleRecord, WalRetirement, WalWriter, WalWriterStats};
 
 use crate::vfs::SyncKind;
 

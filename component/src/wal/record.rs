@@ -12,7 +12,7 @@
 
 use crate::frame::{self, FRAME_HEADER_BYTES};
 
-use super::LogSeq;
+use super::{LogSeq, WalWriteError};
 
 const SEQ_OFFSET: usize = 0;
 const OP_OFFSET: usize = SEQ_OFFSET + size_of::<u64>();
@@ -72,6 +72,34 @@ pub fn decode_body(body: &[u8]) -> Option<RecordRef<'_>> {
 /// The byte range of the payload within an encoded record.
 pub const fn payload_range(payload_len: usize) -> std::ops::Range<usize> {
     RECORD_OVERHEAD_BYTES..RECORD_OVERHEAD_BYTES + payload_len
+}
+
+/// Checks one batch against the size bounds every writer enforces: each payload at most
+/// [`PAYLOAD_BYTES_MAX`], and the batch, encoded, at most `group_bytes_max` (a batch is never
+/// split across groups). Returns the encoded size. Public so that a host can refuse an
+/// oversized batch before copying it into a sandboxed writer's memory, with the same error the
+/// writer would give.
+pub fn check_batch_bytes(
+    records: &[(u16, &[u8])],
+    group_bytes_max: usize,
+) -> Result<usize, WalWriteError> {
+    let mut encoded_bytes = 0usize;
+    for (_, payload) in records {
+        if payload.len() > PAYLOAD_BYTES_MAX {
+            return Err(WalWriteError::PayloadTooLarge {
+                bytes: payload.len(),
+                bytes_max: PAYLOAD_BYTES_MAX,
+            });
+        }
+        encoded_bytes = encoded_bytes.saturating_add(encoded_len(payload.len()));
+    }
+    if encoded_bytes > group_bytes_max {
+        return Err(WalWriteError::GroupTooLarge {
+            bytes: encoded_bytes,
+            bytes_max: group_bytes_max,
+        });
+    }
+    Ok(encoded_bytes)
 }
 
 #[cfg(test)]

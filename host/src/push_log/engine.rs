@@ -1,13 +1,11 @@
 //! [`PushLogEngine`]: what a [`super::PushLog`] asks of the engine, wherever the engine runs.
 //! There is one implementation per [`Mode`]: the engine's [`engine::PushLog`] itself (here),
 //! the async instance ([`AsyncPushLog`], served by `super::session`) and the plain instance
-//! ([`super::plain::PlainPushLog`]). [`open_engine`] picks one when the log is made, the only
-//! match on the mode a push-log handle makes.
+//! ([`super::plain::PlainPushLog`]). The handle picks one when the log is made
+//! (`super::handle`'s `open_engine`, the only match on the mode a push-log handle makes).
 //!
 //! A push reaches an engine with its schema checked ([`super::PushLog::append`]); a sandboxed
 //! engine encodes it and checks the size before anything is copied into the guest.
-
-use std::sync::Arc;
 
 use arrow_array::RecordBatch;
 use arrow_schema::SchemaRef;
@@ -15,15 +13,11 @@ use stele::push_log::{
     self as engine, CompactionPolicy, CompactionReport, ReservedSection, ScannedFrame, ipc,
 };
 use stele::recovery::LogEnd;
-use stele::vfs::Vfs;
 use wasmtime::component::ResourceAny;
 
 use super::error::PushLogCallError;
-use super::plain::PlainPushLog;
 use super::scan::{FrameSource, GuestScan, GuestScanCalls};
-use super::session::{self, AsyncPushLog, PushLogRequest};
-use crate::Mode;
-use crate::sandbox::runtime::SandboxLimits;
+use super::session::{AsyncPushLog, PushLogRequest};
 
 /// What a push-log handle asks of the engine.
 pub(crate) trait PushLogEngine: Send + Sync + 'static {
@@ -43,30 +37,9 @@ pub(crate) trait PushLogEngine: Send + Sync + 'static {
     fn seal_section(&self, module_name: &str) -> Result<ReservedSection, PushLogCallError>;
 }
 
-/// The engine for a push log at `path` with `schema`, where `mode` says; `limits` bound a
-/// sandboxed instance.
-pub(crate) fn open_engine(
-    vfs: Arc<dyn Vfs>,
-    path: &str,
-    schema: &SchemaRef,
-    mode: Mode,
-    limits: SandboxLimits,
-) -> Result<Box<dyn PushLogEngine>, PushLogCallError> {
-    Ok(match mode {
-        Mode::Native => Box::new(engine::PushLog::new(vfs, path, schema.clone())),
-        Mode::Sandboxed => Box::new(session::start(vfs, path, schema_ipc(schema)?, limits)?),
-        Mode::SandboxedPlain => {
-            Box::new(PlainPushLog::open(vfs, path, &schema_ipc(schema)?, limits)?)
-        }
-    })
-}
-
-fn arrow(e: impl std::fmt::Display) -> PushLogCallError {
+/// An Arrow encoding failure, as the caller's error.
+pub(super) fn arrow(e: impl std::fmt::Display) -> PushLogCallError {
     PushLogCallError::Arrow(e.to_string())
-}
-
-fn schema_ipc(schema: &SchemaRef) -> Result<Vec<u8>, PushLogCallError> {
-    ipc::encode_schema(schema).map_err(arrow)
 }
 
 /// A push as the IPC stream bytes a guest takes, refused here if it would not fit in a frame:

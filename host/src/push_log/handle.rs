@@ -24,9 +24,11 @@ use stele::push_log::{
 pub use stele::recovery::LogEnd;
 use stele::vfs::Vfs;
 
-use super::engine::{PushLogEngine, open_engine};
+use super::engine::{PushLogEngine, arrow};
 use super::error::PushLogCallError;
+use super::plain::PlainPushLog;
 use super::scan::PushLogScan;
+use super::session;
 use crate::Mode;
 use crate::archive_gate::CompactionListener;
 use crate::sandbox::runtime::SandboxLimits;
@@ -173,4 +175,26 @@ impl PushLog {
     pub fn seal_section(&self, module_name: &str) -> Result<ReservedSection, PushLogCallError> {
         self.engine.seal_section(module_name)
     }
+}
+
+/// The engine for a push log at `path` with `schema`, where `mode` says; `limits` bound a
+/// sandboxed instance.
+pub(crate) fn open_engine(
+    vfs: Arc<dyn Vfs>,
+    path: &str,
+    schema: &SchemaRef,
+    mode: Mode,
+    limits: SandboxLimits,
+) -> Result<Box<dyn PushLogEngine>, PushLogCallError> {
+    Ok(match mode {
+        Mode::Native => Box::new(engine::PushLog::new(vfs, path, schema.clone())),
+        Mode::Sandboxed => Box::new(session::start(vfs, path, schema_ipc(schema)?, limits)?),
+        Mode::SandboxedPlain => {
+            Box::new(PlainPushLog::open(vfs, path, &schema_ipc(schema)?, limits)?)
+        }
+    })
+}
+
+fn schema_ipc(schema: &SchemaRef) -> Result<Vec<u8>, PushLogCallError> {
+    engine::ipc::encode_schema(schema).map_err(arrow)
 }

@@ -18,9 +18,10 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::task::Poll;
 
+use super::wake::Sleeper;
 use super::{
-    ASLEEP, LogSeq, ParkedWaiter, Sleeper, Verdict, WakeSlot, WalWriteError, WalWriter,
-    led_commit_outcome, lock,
+    ASLEEP, LogSeq, ParkedWaiter, Verdict, WakeSlot, WalWriteError, WalWriter, led_commit_outcome,
+    lock,
 };
 use crate::wal::group_commit::{Leadership, WaitState};
 
