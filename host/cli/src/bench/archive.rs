@@ -1,5 +1,5 @@
 //! `stele bench --workloads archive`: the archiver beside a durable writer, in one run with the
-//! writer alone and the disk's limit (raw write + fdatasync, [`crate::bench`]'s limit row).
+//! writer alone and the disk's limit (raw write + fdatasync, [`super::common::limit`]).
 //!
 //! Stores measured: a local directory (`file://`, on the bench's own disk), `object_store`'s
 //! `InMemory` (no store cost: what the archiver itself costs) and, with the `s3-loopback`
@@ -22,7 +22,7 @@ use stele_archive::{ArchiveLocation, ArchiveOptions, Archiver, RestoreOptions};
 use stele_host::fs::RealFs;
 use stele_host::{Mode, Wal};
 
-use crate::bench::{BenchArgs, percentile, progress};
+use super::common::{BenchArgs, percentile, progress};
 
 /// The stores measured, in the table's order.
 #[cfg(feature = "s3-loopback")]
@@ -278,7 +278,7 @@ pub fn archive_table(
 ) -> Result<()> {
     let payload = args.payload_bytes.first().copied().unwrap_or(4096).max(1);
     let per_writer = (args.records / WRITERS).max(16);
-    let limit = crate::bench::limit(dir, args.records, payload, true)?;
+    let limit = super::common::limit(dir, args.records, payload, true)?;
     let limit_mb_s = limit.records as f64 * payload as f64 / limit.seconds / 1e6;
     std::println!();
     progress().suspend(|| {

@@ -13,7 +13,7 @@ use stele::wal::segment::list_segments;
 use stele::wal::{DurabilityPolicy, LogSeq, Recovery, VisibleRecord, WalOptions};
 use stele_host::{Mode, Wal, WalScan, WalTail};
 
-use crate::{preview, root_and_name, wal_writer_error};
+use crate::common::{preview, root_and_name, wal_writer_error};
 
 /// Lines read from stdin are committed in batches of at most this many records (one group,
 /// one fsync each): large enough to amortize the sync, small enough that a batch of long lines

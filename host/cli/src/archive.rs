@@ -13,8 +13,8 @@ use stele::wal::{LogSeq, VisibleRecord};
 use stele_archive::restore::Progress;
 use stele_archive::{ArchiveLocation, ArchiveTail, RestoreOptions};
 
-use crate::root_and_name;
-use crate::wal_cli_cmd::record_line;
+use crate::common::root_and_name;
+use crate::wal::records::record_line;
 
 /// How often `stele archive tail -f` lists new manifests. A list is one request; at 1 s a
 /// follower costs 86,400 requests a day.

@@ -10,7 +10,7 @@ use stele::wal::{DurabilityPolicy, LogEnd, LogSeq, WalOptions, WalReader, WalWri
 
 use stele_host::fs::RealFs;
 
-use crate::{root_and_name, wal_writer_error};
+use crate::common::{root_and_name, wal_writer_error};
 
 /// Records per `commit_many_durable` while converting: one group per batch, so the batch must
 /// fit a segment; the encoded-byte bound below is what keeps it there.

@@ -18,7 +18,7 @@ use stele_host::fs::RealFs;
 use stele_host::runtime::Runtime;
 use stele_host::{Mode, Wal};
 
-use crate::bench::{BenchArgs, percentile, println, process_cpu_seconds};
+use super::common::{BenchArgs, percentile, println, process_cpu_seconds};
 
 /// Processes timed per cold-start row; the table gives their median and slowest.
 const COLD_STARTS: usize = 7;
@@ -159,7 +159,7 @@ pub(crate) fn plugin_table(dir: &Path, args: &BenchArgs) -> Result<()> {
 
     let runtime = Runtime::get()?;
     let fs = Arc::new(RealFs::open_root(dir)?);
-    let component = Component::new(runtime.engine(), crate::bench::EXAMPLE_PLUGIN_WASM)
+    let component = Component::new(runtime.engine(), super::common::EXAMPLE_PLUGIN_WASM)
         .map_err(wasmtime_err)?;
     let mut linker = runtime.vfs_linker()?;
     // The plugin's platform import; `commit-each` does not call it.

@@ -3,180 +3,27 @@
 //! machine's noise. Tables are markdown; `--json` writes one object per row.
 
 use std::io::Write;
-use std::path::Path;
-use std::sync::{Arc, OnceLock};
-use std::time::{Duration, Instant};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Instant;
 
 use anyhow::{Context, Result};
-
-/// The run's progress line: which workload is running and for how long. A full run takes
-/// minutes, so it shows; like every bar, it is hidden when stdout is not a terminal.
-static PROGRESS: OnceLock<indicatif::ProgressBar> = OnceLock::new();
-
-pub(crate) fn progress() -> &'static indicatif::ProgressBar {
-    PROGRESS.get_or_init(|| {
-        use std::io::IsTerminal;
-        if !std::io::stdout().is_terminal() {
-            return indicatif::ProgressBar::hidden();
-        }
-        let bar = indicatif::ProgressBar::new_spinner();
-        bar.set_style(
-            indicatif::ProgressStyle::with_template("{spinner} bench: {msg} ({elapsed})")
-                .expect("a valid template"),
-        );
-        bar.enable_steady_tick(Duration::from_millis(200));
-        bar
-    })
-}
-
-/// Every line of the tables goes out with the progress line lifted, so the two never mix.
-/// The other bench modules import it in place of std's.
-macro_rules! println {
-    ($($arg:tt)*) => {
-        $crate::bench::progress().suspend(|| std::println!($($arg)*))
-    };
-}
-pub(crate) use println;
 use stele::wal::segment::SEGMENT_BYTES_DEFAULT;
 use stele::wal::{DurabilityPolicy, WalOptions};
 use stele_host::fs::RealFs;
 use stele_host::{Mode, Wal};
 
-pub struct BenchArgs {
-    pub records: usize,
-    pub payload_bytes: Vec<usize>,
-    pub writers: Vec<usize>,
-    pub json: Option<std::path::PathBuf>,
-    pub workloads: Vec<Workload>,
-    pub journal_appends: usize,
-    pub pushes: usize,
-}
+mod archive;
+mod common;
+mod sandbox;
 
-/// Which tables `stele bench` runs.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
-pub enum Workload {
-    /// Durable WAL commits at each writer count.
-    Wal,
-    /// Journal append latency, one writer, against tokio::fs write_all + sync_data.
-    Journal,
-    /// Push-log appends (10,000-row batches, each fsynced) and scans, against a raw arrow-ipc
-    /// StreamWriter + fdatasync and StreamReader.
-    PushLog,
-    /// Non-durable commits, one writer: the cost of the engine and the component boundary.
-    NonDurable,
-    /// Opening (recovering) a 256 MiB WAL: MB/s and peak RSS, in every mode.
-    Recovery,
-    /// One durable writer, single-file WAL against preallocated segments, medians of rounds;
-    /// and the latency of a commit that rotates to a new segment against one that does not.
-    Segments,
-    /// Each built component: its size, the time to compile it, and the time to instantiate it.
-    Components,
-    /// A new process's first durable commit, exec to exit, in every mode, with the compiled-
-    /// code cache warm and off.
-    ColdStart,
-    /// A plugin component composed with stele.wasm commits through `stele:log/wal`, durable
-    /// and not, against native.
-    Plugin,
-    /// The archiver beside 16 durable writers: upload rate against the writer's, seal-to-
-    /// archived lag, restore MB/s, commit p99 with and without it, requests per GiB.
-    Archive,
-}
+pub use common::{BenchArgs, Workload};
+use common::{
+    Driver, EXAMPLE_PLUGIN_WASM, Row, limit, percentile, println, process_cpu_seconds, progress,
+};
 
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Driver {
-    Threads,
-    Tasks,
-}
-
-/// The CPU time (user + system) every thread of this process has used so far, in seconds.
-/// A row's CPU is the difference across it: the engine, wasmtime, the drivers' threads and
-/// the kernel's work for the syscalls, however many threads share it.
-pub(crate) fn process_cpu_seconds() -> f64 {
-    // SAFETY: getrusage writes one rusage into the zeroed struct it is given.
-    let usage = unsafe {
-        let mut usage: libc::rusage = std::mem::zeroed();
-        libc::getrusage(libc::RUSAGE_SELF, &mut usage);
-        usage
-    };
-    let seconds = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
-    seconds(usage.ru_utime) + seconds(usage.ru_stime)
-}
-
-pub(crate) struct Row {
-    system: String,
-    mode: &'static str,
-    writers: usize,
-    pub(crate) records: usize,
-    pub(crate) seconds: f64,
-    /// Process CPU time over the row (see [`process_cpu_seconds`]).
-    cpu_seconds: f64,
-    syncs: u64,
-    latencies_us: Vec<f64>,
-}
-
-impl Row {
-    fn records_per_s(&self) -> f64 {
-        self.records as f64 / self.seconds
-    }
-    fn cpu_us_per_record(&self) -> f64 {
-        self.cpu_seconds * 1e6 / self.records as f64
-    }
-    fn percentile(&self, p: f64) -> f64 {
-        percentile(&self.latencies_us, p)
-    }
-}
-
-/// The physical limit for one writer: a raw write of the record plus fdatasync, in a loop.
-/// `preallocated`: the file is sized up front and written in place, so fdatasync flushes no
-/// metadata; otherwise each record is appended.
-pub(crate) fn limit(dir: &Path, records: usize, payload: usize, preallocated: bool) -> Result<Row> {
-    use std::os::unix::fs::FileExt;
-    let path = dir.join(if preallocated {
-        "limit-prealloc"
-    } else {
-        "limit-append"
-    });
-    let file = std::fs::OpenOptions::new()
-        .create(true)
-        .truncate(true)
-        .read(true)
-        .write(true)
-        .open(&path)?;
-    let record = vec![0xA5u8; payload + stele::wal::record::RECORD_OVERHEAD_BYTES];
-    if preallocated {
-        file.write_all_at(&vec![0u8; record.len() * records], 0)?;
-        file.sync_all()?;
-    }
-    let mut latencies = Vec::with_capacity(records);
-    let cpu_started = process_cpu_seconds();
-    let started = Instant::now();
-    for i in 0..records {
-        let t = Instant::now();
-        file.write_all_at(&record, (i * record.len()) as u64)?;
-        file.sync_data()?;
-        latencies.push(t.elapsed().as_secs_f64() * 1e6);
-    }
-    let seconds = started.elapsed().as_secs_f64();
-    let cpu_seconds = process_cpu_seconds() - cpu_started;
-    std::fs::remove_file(&path)?;
-    let system = if preallocated {
-        "limit (pwrite prealloc + fdatasync)"
-    } else {
-        "limit (append + fdatasync)"
-    };
-    Ok(Row {
-        system: system.into(),
-        mode: "raw",
-        writers: 1,
-        records,
-        seconds,
-        cpu_seconds,
-        syncs: records as u64,
-        latencies_us: latencies,
-    })
-}
-
-/// The log layout a Stele row measures.
+/// The run's progress line: which workload is running and for how long. A full run takes
+/// minutes, so it shows; like every bar, it is hidden when stdout is not a terminal.
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Layout {
     /// The original format: one file that grows.
@@ -400,6 +247,83 @@ fn sqlite_row(dir: &Path, writers: usize, records: usize, payload: usize) -> Res
     })
 }
 
+/// `stele bench`'s options, as the command line gives them.
+#[derive(clap::Args)]
+pub struct BenchOptions {
+    /// Directory on the disk to measure (default: a fresh temporary directory).
+    #[arg(long)]
+    pub(crate) dir: Option<PathBuf>,
+    /// Durable commits per row.
+    #[arg(long, default_value_t = 4000)]
+    pub(crate) records: usize,
+    /// Payload sizes in bytes: one durable-commit table per size (the journal uses the
+    /// first).
+    #[arg(long, value_delimiter = ',', default_value = "128,4096")]
+    pub(crate) payload_bytes: Vec<usize>,
+    /// Writer counts.
+    #[arg(long, value_delimiter = ',', default_value = "1,4,16,64")]
+    pub(crate) writers: Vec<usize>,
+    /// Also write one JSON object per row to this file.
+    #[arg(long)]
+    pub(crate) json: Option<PathBuf>,
+    /// Which tables to run.
+    #[arg(
+        long,
+        value_enum,
+        value_delimiter = ',',
+        default_value = "wal,segments,non-durable,recovery,journal,push-log,components,cold-start,plugin,archive"
+    )]
+    pub(crate) workloads: Vec<Workload>,
+    /// Journal appends per system.
+    #[arg(long, default_value_t = 2000)]
+    pub(crate) journal_appends: usize,
+    /// Push-log pushes (of 10,000 rows, about 1 MB) per system.
+    #[arg(long, default_value_t = 64)]
+    pub(crate) pushes: usize,
+    /// A short run (under a minute on a 2-core machine): every table and system, with
+    /// 800 commits per row, 400 journal appends and 16 pushes. Noisier; for a smoke check.
+    #[arg(long)]
+    pub(crate) quick: bool,
+}
+
+impl BenchOptions {
+    /// Runs the tables in `--dir`, or in a fresh temporary directory.
+    pub fn run(self) -> Result<()> {
+        let quick = self.quick;
+        let args = BenchArgs {
+            records: if quick {
+                self.records.min(800)
+            } else {
+                self.records
+            },
+            payload_bytes: self.payload_bytes,
+            writers: self.writers,
+            json: self.json,
+            workloads: self.workloads,
+            journal_appends: if quick {
+                self.journal_appends.min(400)
+            } else {
+                self.journal_appends
+            },
+            pushes: if quick {
+                self.pushes.min(16)
+            } else {
+                self.pushes
+            },
+        };
+        match self.dir {
+            Some(dir) => {
+                std::fs::create_dir_all(&dir)?;
+                run(&dir, &args)
+            }
+            None => {
+                let dir = tempfile::Builder::new().prefix("stele-bench-").tempdir()?;
+                run(dir.path(), &args)
+            }
+        }
+    }
+}
+
 pub fn run(dir: &Path, args: &BenchArgs) -> Result<()> {
     let mut json = match &args.json {
         Some(path) => {
@@ -437,15 +361,15 @@ pub fn run(dir: &Path, args: &BenchArgs) -> Result<()> {
     }
     if args.workloads.contains(&Workload::ColdStart) {
         progress().set_message("cold start");
-        crate::bench_sandbox::cold_start_table(dir)?;
+        sandbox::cold_start_table(dir)?;
     }
     if args.workloads.contains(&Workload::Plugin) {
         progress().set_message("plugin");
-        crate::bench_sandbox::plugin_table(dir, args)?;
+        sandbox::plugin_table(dir, args)?;
     }
     if args.workloads.contains(&Workload::Archive) {
         progress().set_message("archive");
-        crate::bench_archive::archive_table(dir, args, json.as_mut())?;
+        archive::archive_table(dir, args, json.as_mut())?;
     }
     progress().finish_and_clear();
     Ok(())
@@ -1164,7 +1088,6 @@ const INSTANTIATIONS: usize = 200;
 /// The composed components `build.rs` made: the engine with the WASI-filesystem adapter, and
 /// the example plugin with the engine.
 static STELE_WASI_WASM: &[u8] = include_bytes!(env!("STELE_WASI_WASM"));
-pub(crate) static EXAMPLE_PLUGIN_WASM: &[u8] = include_bytes!(env!("STELE_EXAMPLE_PLUGIN_WASM"));
 
 /// What a `stele-wasi.wasm` store holds: WASI alone, as a foreign host would give it.
 struct WasiOnly {
@@ -1179,15 +1102,6 @@ impl wasmtime_wasi::WasiView for WasiOnly {
             table: &mut self.table,
         }
     }
-}
-
-/// The `p` quantile (0 to 1) of `samples`, by nearest rank; 0 when there are none.
-pub(crate) fn percentile(samples: &[f64], p: f64) -> f64 {
-    let mut v = samples.to_vec();
-    v.sort_by(f64::total_cmp);
-    v.get(((v.len() as f64 - 1.0) * p).round() as usize)
-        .copied()
-        .unwrap_or(0.0)
 }
 
 /// One row of the components table: component, host, bytes, compile ms, (p50, p99) µs.

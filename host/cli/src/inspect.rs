@@ -14,8 +14,8 @@ use stele::recovery::LogEnd;
 use stele::vfs::{OpenMode, Vfs, VfsFile};
 use stele::wal::{LogSeq, WalOpenError, WalReader};
 
+use crate::common::root_and_name;
 use crate::progress::{self, ProgressVfs};
-use crate::root_and_name;
 
 /// What `inspect` reports and `verify` judges: how the engine's recovery says the valid prefix
 /// ends, or why it refused the file.

@@ -8,7 +8,7 @@ use clap::Subcommand;
 use stele::vfs::Vfs;
 use stele_host::Mode;
 
-use crate::{ModeArg, root_and_name};
+use crate::common::{ModeArg, root_and_name};
 
 #[derive(Subcommand)]
 pub(crate) enum PushLogCommand {

@@ -1,0 +1,116 @@
+//! What the CLI's commands share: where a command runs the engine ([`ModeArg`]), how a path
+//! becomes a root and a name, the one-line errors and exit statuses, and how a payload prints.
+//! Imports no command module.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use anyhow::{Context, Result};
+use stele::wal::WalOpenError;
+use stele_host::fs::RealFs;
+use stele_host::{Mode, WalError};
+
+/// Where a command runs the engine.
+#[derive(Clone, Copy, Debug, clap::ValueEnum)]
+pub(crate) enum ModeArg {
+    /// The engine called directly.
+    Native,
+    /// Inside the async-ABI component.
+    Sandboxed,
+    /// Inside the plain WASI 0.2 component.
+    SandboxedPlain,
+}
+
+impl From<ModeArg> for Mode {
+    fn from(m: ModeArg) -> Mode {
+        match m {
+            ModeArg::Native => Mode::Native,
+            ModeArg::Sandboxed => Mode::Sandboxed,
+            ModeArg::SandboxedPlain => Mode::SandboxedPlain,
+        }
+    }
+}
+
+/// A command's own exit status, or one line with the path and the cause and status 2.
+pub(crate) fn exit(outcome: Result<ExitCode>) -> ExitCode {
+    outcome.unwrap_or_else(|err| {
+        eprintln!("stele: {err:#}");
+        ExitCode::from(2)
+    })
+}
+
+pub(crate) fn open_read_only(path: &std::path::Path) -> Result<Box<dyn stele::vfs::VfsFile>> {
+    let (fs, name) = root_and_name(path)?;
+    stele::vfs::Vfs::open(&*fs, &name, stele::vfs::OpenMode::Existing)
+        .with_context(|| format!("{}", path.display()))
+}
+
+/// The error a WAL writer command exits with when opening the log at `path` failed: the
+/// refusal of a second writer becomes one line that names the lock file by its path on disk
+/// (the engine names it relative to the root, `path`'s directory); anything else keeps its
+/// chain under `path`.
+pub(crate) fn wal_writer_error(
+    path: &std::path::Path,
+    err: impl Into<anyhow::Error>,
+) -> anyhow::Error {
+    let err = err.into();
+    let lock_path = match (
+        err.downcast_ref::<WalError>(),
+        err.downcast_ref::<WalOpenError>(),
+    ) {
+        (Some(WalError::Open(WalOpenError::Locked { lock_path })), _)
+        | (_, Some(WalOpenError::Locked { lock_path })) => lock_path.clone(),
+        _ => return err.context(path.display().to_string()),
+    };
+    let root = path.parent().unwrap_or(std::path::Path::new(""));
+    anyhow::anyhow!(
+        "{}: another writer holds this WAL (lock {}); only one writer at a time",
+        path.display(),
+        root.join(lock_path).display()
+    )
+}
+
+/// Splits a path into a Vfs root (its directory) and the file name inside it.
+pub(crate) fn root_and_name(path: &std::path::Path) -> Result<(Arc<RealFs>, String)> {
+    let dir = match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+        _ => PathBuf::from("."),
+    };
+    let name = path
+        .file_name()
+        .and_then(|n| n.to_str())
+        .with_context(|| format!("{}: not a UTF-8 file name", path.display()))?
+        .to_owned();
+    let fs = RealFs::open_root(&dir)
+        .with_context(|| format!("{}: cannot open directory", dir.display()))?;
+    Ok((Arc::new(fs), name))
+}
+
+/// A value as quoted text when it is short printable UTF-8, else as a hex preview.
+pub(crate) fn text_or_hex(bytes: &[u8]) -> String {
+    match std::str::from_utf8(bytes) {
+        Ok(text) if text.len() <= 64 && !text.chars().any(char::is_control) => format!("{text:?}"),
+        _ => preview(bytes),
+    }
+}
+
+pub(crate) fn preview(bytes: &[u8]) -> String {
+    let shown = &bytes[..bytes.len().min(24)];
+    let hex: String = shown.iter().map(|b| format!("{b:02x}")).collect();
+    if bytes.len() > shown.len() {
+        format!("{hex}…")
+    } else {
+        hex
+    }
+}
+
+/// The payload `demo` and `wal soak` commit: thread and index in the first 16 bytes, then a pattern, so recovery can
+/// check every record byte for byte.
+pub(crate) fn demo_payload(thread: usize, index: usize, len: usize) -> Vec<u8> {
+    let mut p = Vec::with_capacity(len);
+    p.extend_from_slice(&(thread as u64).to_le_bytes());
+    p.extend_from_slice(&(index as u64).to_le_bytes());
+    p.extend((16..len).map(|i| (i as u8) ^ (thread as u8) ^ (index as u8)));
+    p
+}
