@@ -27,33 +27,7 @@ unsafe impl Sync for WitLock {}
 
 impl VfsLock for WitLock {}
 
-pub(crate) fn from_wit(err: wit::VfsError) -> VfsError {
-    match err {
-        wit::VfsError::NotFound => VfsError::NotFound,
-        wit::VfsError::AlreadyExists => VfsError::AlreadyExists,
-        wit::VfsError::NoSpace => VfsError::NoSpace,
-        wit::VfsError::InvalidPath(p) => VfsError::InvalidPath(p),
-        wit::VfsError::PermissionDenied => VfsError::PermissionDenied,
-        wit::VfsError::TooManyHandles => VfsError::TooManyHandles,
-        wit::VfsError::InvalidInput(m) => VfsError::InvalidInput(m),
-        wit::VfsError::Io(m) => VfsError::Io(m),
-        wit::VfsError::Locked(p) => VfsError::Locked(p),
-    }
-}
-
-pub(crate) fn to_wit(err: VfsError) -> wit::VfsError {
-    match err {
-        VfsError::NotFound => wit::VfsError::NotFound,
-        VfsError::AlreadyExists => wit::VfsError::AlreadyExists,
-        VfsError::NoSpace => wit::VfsError::NoSpace,
-        VfsError::InvalidPath(p) => wit::VfsError::InvalidPath(p),
-        VfsError::PermissionDenied => wit::VfsError::PermissionDenied,
-        VfsError::TooManyHandles => wit::VfsError::TooManyHandles,
-        VfsError::InvalidInput(m) => wit::VfsError::InvalidInput(m),
-        VfsError::Io(m) => wit::VfsError::Io(m),
-        VfsError::Locked(p) => wit::VfsError::Locked(p),
-    }
-}
+crate::vfs_error_wit_conversions!(wit::VfsError);
 
 /// The most bytes one `read-at` asks the host for. The host caps reads too; asking for more
 /// than it serves would only be answered short.

@@ -12,6 +12,7 @@ pub mod io;
 mod mem;
 pub mod path;
 pub mod replace;
+mod wit_conversions;
 
 pub use io::{
     DeviceIo, FileIo, INLINE_WRITE_BYTES_MAX, ReadyIo, ZERO_BLOCK_BYTES, complete_now, write_zeros,

@@ -37,7 +37,7 @@
 
 use std::sync::Arc;
 
-use stele::vfs::{INLINE_WRITE_BYTES_MAX, OpenMode, SyncKind, Vfs, VfsError, VfsFile, VfsLock};
+use stele::vfs::{INLINE_WRITE_BYTES_MAX, OpenMode, SyncKind, Vfs, VfsFile, VfsLock};
 use wasmtime::component::{Accessor, HasData, Linker, Resource, ResourceTable};
 
 use crate::embed::bindings::engine_async::stele::log::vfs_async as wit_async;
@@ -227,34 +227,7 @@ pub fn add_to_linker_async<T: SteleView + 'static>(linker: &mut Linker<T>) -> wa
     wit_async::add_to_linker::<T, SteleVfs>(linker, T::stele)
 }
 
-pub(crate) fn to_wit(err: VfsError) -> wit::VfsError {
-    match err {
-        VfsError::NotFound => wit::VfsError::NotFound,
-        VfsError::AlreadyExists => wit::VfsError::AlreadyExists,
-        VfsError::NoSpace => wit::VfsError::NoSpace,
-        VfsError::InvalidPath(p) => wit::VfsError::InvalidPath(p),
-        VfsError::PermissionDenied => wit::VfsError::PermissionDenied,
-        VfsError::TooManyHandles => wit::VfsError::TooManyHandles,
-        VfsError::InvalidInput(m) => wit::VfsError::InvalidInput(m),
-        VfsError::Io(m) => wit::VfsError::Io(m),
-        VfsError::Locked(p) => wit::VfsError::Locked(p),
-        other => wit::VfsError::Io(other.to_string()),
-    }
-}
-
-pub(crate) fn from_wit(err: wit::VfsError) -> VfsError {
-    match err {
-        wit::VfsError::NotFound => VfsError::NotFound,
-        wit::VfsError::AlreadyExists => VfsError::AlreadyExists,
-        wit::VfsError::NoSpace => VfsError::NoSpace,
-        wit::VfsError::InvalidPath(p) => VfsError::InvalidPath(p),
-        wit::VfsError::PermissionDenied => VfsError::PermissionDenied,
-        wit::VfsError::TooManyHandles => VfsError::TooManyHandles,
-        wit::VfsError::InvalidInput(m) => VfsError::InvalidInput(m),
-        wit::VfsError::Io(m) => VfsError::Io(m),
-        wit::VfsError::Locked(p) => VfsError::Locked(p),
-    }
-}
+stele::vfs_error_wit_conversions!(wit::VfsError);
 
 type Answer<T> = wasmtime::Result<Result<T, wit::VfsError>>;
 
