@@ -1,7 +1,8 @@
 //! `stele`: the command-line tool.
 //!
 //! This file only parses and dispatches: each verb group is a module of its own (`wal`,
-//! `journal`, `push_log`, `archive`, `inspect`, `demo`, `soak`, `bench`), and what they share is in `common` and `progress`, which import no command.
+//! `journal`, `push_log`, `archive`, `inspect`, `demo`, `soak`, `bench`), and what they share
+//! is in `common` and `progress`, which import no command.
 
 use std::path::PathBuf;
 use std::process::ExitCode;

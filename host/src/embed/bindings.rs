@@ -19,7 +19,8 @@
 //!
 //! Every `vfs` and `vfs-async` import call runs in a `tracing` span at TRACE level (target
 //! `stele_host::bindings`), with an event for its arguments and one for its result; bytes
-//! (`list<u8>`) show as `...`, paths in full. The `vfs` resources are [`crate::embed::imports::HostFile`] and [`crate::embed::imports::HostLock`];
+//! (`list<u8>`) show as `...`, paths in full. The `vfs` resources are
+//! [`crate::embed::imports::HostFile`] and [`crate::embed::imports::HostLock`];
 //! [`crate::add_to_linker_sync`] and [`crate::add_to_linker_async`] link them.
 
 #![allow(missing_docs)] // generated; the WIT's own doc comments come through
