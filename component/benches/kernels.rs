@@ -50,10 +50,7 @@ fn checksum(c: &mut Criterion) {
 
 fn replay_1_mib(c: &mut Criterion) {
     let vfs = MemVfs::new();
-    let options = WalOptions {
-        retained_bytes_max: 0,
-        ..WalOptions::single_file(DurabilityPolicy::Skip)
-    };
+    let options = WalOptions::single_file(DurabilityPolicy::Skip).with_retained_bytes_max(0);
     let writer = WalWriter::create_with(&vfs, "replay.wal", options).unwrap();
     let payload = vec![0x5Au8; 128];
     let records = (1 << 20) / record::encoded_len(payload.len());

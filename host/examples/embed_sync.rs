@@ -33,11 +33,10 @@ fn main() -> anyhow::Result<()> {
         let options = WalOptions::new(DurabilityPolicy::FullSync);
         // Sandboxed, bound the instance: 64 MiB of memory, 8 open files, and interrupt the
         // guest if it ever runs a second without calling the host.
-        let limits = SandboxLimits {
-            memory_bytes_max: 64 << 20,
-            open_files_max: 8,
-            busy_deadline: Some(std::time::Duration::from_secs(1)),
-        };
+        let limits = SandboxLimits::default()
+            .with_memory_bytes_max(64 << 20)
+            .with_open_files_max(8)
+            .with_busy_deadline(Some(std::time::Duration::from_secs(1)));
         let (wal, recovery) = Wal::open_with_limits(fs.clone(), &path, options, mode, limits)?;
         let before = recovery.next_seq.0 - recovery.first_seq.0;
 

@@ -42,11 +42,10 @@ fn run_plugin(
     path: &str,
     events: &[String],
 ) -> anyhow::Result<Result<Vec<String>, String>> {
-    let limits = SandboxLimits {
-        memory_bytes_max: 64 << 20,
-        open_files_max: 8,
-        busy_deadline: Some(Duration::from_secs(1)),
-    };
+    let limits = SandboxLimits::default()
+        .with_memory_bytes_max(64 << 20)
+        .with_open_files_max(8)
+        .with_busy_deadline(Some(Duration::from_secs(1)));
     let mut store: Store<GuestState> = runtime.vfs_store(fs.clone(), limits);
     let plugin = bindings::ExamplePlugin::instantiate(&mut store, component, linker)?;
     plugin

@@ -234,6 +234,25 @@ impl Vfs for FailingVfs {
     }
 }
 
+/// Where the suites keep compiled component code between test processes: the workspace's
+/// `target/`, which `cargo clean` empties.
+pub const TEST_CODE_CACHE_DIR: &str =
+    concat!(env!("CARGO_MANIFEST_DIR"), "/../target/test-code-cache");
+
+/// Opts this test process into the compiled-code cache at [`TEST_CODE_CACHE_DIR`], as an
+/// embedder would, so that each suite loads the components instead of compiling both (3.4 s
+/// of CPU per process). The library keeps no cache unless told. The first call of a process
+/// makes its runtime; a runtime made earlier (a test that called `Runtime::get` first) keeps
+/// its own settings, which changes only the time a suite takes.
+pub fn use_test_code_cache() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        let options = stele_host::runtime::RuntimeOptions::default()
+            .with_code_cache_dir(Some(TEST_CODE_CACHE_DIR.into()));
+        let _ = stele_host::runtime::Runtime::init(options);
+    });
+}
+
 /// Runs each named test body (a `fn(Mode)`) once per mode: `native::NAME`, `sandboxed::NAME`
 /// (the async-ABI component) and `sandboxed_plain::NAME` (the plain WASI 0.2 component).
 #[macro_export]
@@ -243,10 +262,16 @@ macro_rules! every_mode {
             $( #[test] fn $name() { super::$name(stele_host::Mode::Native) } )*
         }
         mod sandboxed {
-            $( #[test] fn $name() { super::$name(stele_host::Mode::Sandboxed) } )*
+            $( #[test] fn $name() {
+                $crate::use_test_code_cache();
+                super::$name(stele_host::Mode::Sandboxed)
+            } )*
         }
         mod sandboxed_plain {
-            $( #[test] fn $name() { super::$name(stele_host::Mode::SandboxedPlain) } )*
+            $( #[test] fn $name() {
+                $crate::use_test_code_cache();
+                super::$name(stele_host::Mode::SandboxedPlain)
+            } )*
         }
     };
 }

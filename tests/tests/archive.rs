@@ -179,10 +179,7 @@ fn mem_vfs() -> Arc<dyn Vfs> {
 }
 
 fn no_truncation() -> ArchiveOptions {
-    ArchiveOptions {
-        truncate_local: false,
-        ..ArchiveOptions::default()
-    }
+    ArchiveOptions::default().with_truncate_local(false)
 }
 
 fn attach(
@@ -222,10 +219,7 @@ fn restore_all(
     Result<stele_archive::RestoreReport, ArchiveError>,
 ) {
     let target = mem_vfs();
-    let options = RestoreOptions {
-        to_seq: to_seq.map(LogSeq),
-        ..RestoreOptions::default()
-    };
+    let options = RestoreOptions::default().with_to_seq(to_seq.map(LogSeq));
     let report = rt.block_on(stele_archive::restore(
         location,
         target.clone(),
@@ -427,10 +421,7 @@ fn a_takeover_fences_the_old_writer_which_stops_and_refuses_at_its_backlog(backe
     let location = store.location.clone();
     let vfs_a = mem_vfs();
     let (wal_a, _) = Wal::open(vfs_a.clone(), DIR, options(), Mode::Native).unwrap();
-    let small_backlog = ArchiveOptions {
-        unarchived_bytes_max: 64 << 10,
-        ..no_truncation()
-    };
+    let small_backlog = no_truncation().with_unarchived_bytes_max(64 << 10);
     let mut a = attach(&rt, &location, &vfs_a, &wal_a, small_backlog).unwrap();
     commit(&wal_a, 0..150);
     rt.block_on(a.archive_round()).unwrap();
@@ -607,10 +598,7 @@ fn a_quiet_log_is_sealed_at_seal_age_max_and_its_records_leave_the_disk() {
     let vfs = mem_vfs();
     // Sandboxed: the seal crosses the WIT boundary (every mode's seal is in fault_paths).
     let (wal, _) = Wal::open(vfs.clone(), DIR, options(), Mode::Sandboxed).unwrap();
-    let aged = ArchiveOptions {
-        seal_age_max: Some(age),
-        ..no_truncation()
-    };
+    let aged = no_truncation().with_seal_age_max(Some(age));
     let mut archiver = attach(&rt, &location, &vfs, &wal, aged).unwrap();
     commit(&wal, 0..3);
     // The first round to see the records starts the clock: nothing is sealed yet.
@@ -649,10 +637,7 @@ fn a_quiet_log_is_sealed_at_seal_age_max_and_its_records_leave_the_disk() {
     let (_faults, location) = memory_store();
     let vfs = mem_vfs();
     let (wal, _) = Wal::open(vfs.clone(), DIR, options(), Mode::Native).unwrap();
-    let unaged = ArchiveOptions {
-        seal_age_max: None,
-        ..no_truncation()
-    };
+    let unaged = no_truncation().with_seal_age_max(None);
     let mut archiver = attach(&rt, &location, &vfs, &wal, unaged).unwrap();
     commit(&wal, 0..3);
     rt.block_on(archiver.archive_round()).unwrap();
@@ -668,10 +653,7 @@ fn a_kill_between_the_manifest_put_and_local_truncation_loses_nothing(backend: B
     let (faults, location) = (store.faults.clone(), store.location.clone());
     let vfs = mem_vfs();
     let (wal, _) = Wal::open(vfs.clone(), DIR, options(), Mode::Native).unwrap();
-    let truncating = ArchiveOptions {
-        local_segments_kept: 0,
-        ..ArchiveOptions::default()
-    };
+    let truncating = ArchiveOptions::default().with_local_segments_kept(0);
     let mut archiver = attach(&rt, &location, &vfs, &wal, truncating.clone()).unwrap();
     commit(&wal, 0..200);
     wal.checkpoint(LogSeq(150)).unwrap();
@@ -711,11 +693,9 @@ fn truncation_never_deletes_an_unarchived_segment_nor_the_local_window() {
     let (faults, location) = memory_store();
     let vfs = mem_vfs();
     let (wal, _) = Wal::open(vfs.clone(), DIR, options(), Mode::Native).unwrap();
-    let windowed = ArchiveOptions {
-        local_segments_kept: 2,
-        truncate_local: false,
-        ..ArchiveOptions::default()
-    };
+    let windowed = ArchiveOptions::default()
+        .with_local_segments_kept(2)
+        .with_truncate_local(false);
     let mut archiver = attach(&rt, &location, &vfs, &wal, windowed).unwrap();
     commit(&wal, 0..150);
     rt.block_on(archiver.archive_round()).unwrap();
@@ -745,10 +725,7 @@ fn the_store_down_refuses_commits_at_the_backlog_bound_and_loses_nothing() {
         let (faults, location) = memory_store();
         let vfs = mem_vfs();
         let (wal, _) = Wal::open(vfs.clone(), DIR, options(), mode).unwrap();
-        let bounded = ArchiveOptions {
-            unarchived_bytes_max: 16 << 10,
-            ..no_truncation()
-        };
+        let bounded = no_truncation().with_unarchived_bytes_max(16 << 10);
         let mut archiver = attach(&rt, &location, &vfs, &wal, bounded).unwrap();
         faults.set_down(true);
         let mut acknowledged = 0u64;
@@ -854,10 +831,7 @@ fn archiving_runs_beside_a_sandboxed_writer_on_its_own_thread(backend: Backend) 
     let location = store.location.clone();
     let vfs = mem_vfs();
     let (wal, _) = Wal::open(vfs.clone(), DIR, options(), Mode::Sandboxed).unwrap();
-    let fast = ArchiveOptions {
-        poll_interval: Duration::from_millis(5),
-        ..no_truncation()
-    };
+    let fast = no_truncation().with_poll_interval(Duration::from_millis(5));
     let running = attach(&rt, &location, &vfs, &wal, fast)
         .unwrap()
         .spawn()

@@ -40,10 +40,7 @@ struct WalOracle {
 
 impl WalWorkload {
     fn options(&self) -> WalOptions {
-        WalOptions {
-            first_seq: LogSeq(FIRST_SEQ),
-            ..WalOptions::single_file(self.policy)
-        }
+        WalOptions::single_file(self.policy).with_first_seq(LogSeq(FIRST_SEQ))
     }
 }
 

@@ -28,10 +28,7 @@ use stele_tests::{ci_line, every_mode, payload, payload_id, tokio_runtime};
 const RECORDS: u64 = 30;
 
 fn options() -> WalOptions {
-    WalOptions {
-        first_seq: LogSeq(500),
-        ..WalOptions::single_file(DurabilityPolicy::FullSync)
-    }
+    WalOptions::single_file(DurabilityPolicy::FullSync).with_first_seq(LogSeq(500))
 }
 
 fn vfs(fs: &FaultFs) -> Arc<dyn Vfs> {
@@ -284,10 +281,7 @@ fn wal_workload(mode: Mode, segmented: bool, fs: &FaultFs, fault: &mut Fault) {
     } else {
         ("f.wal", WalOptions::single_file(DurabilityPolicy::FullSync))
     };
-    let options = WalOptions {
-        first_seq: LogSeq(500),
-        ..options
-    };
+    let options = options.with_first_seq(LogSeq(500));
     let open = |fault: &mut Fault| -> Wal {
         match fault.call("open", || Wal::open(vfs(fs), path, options, mode)) {
             Ok((wal, _)) => wal,

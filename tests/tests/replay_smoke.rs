@@ -18,10 +18,7 @@ type Rec = (u64, u16, Vec<u8>);
 fn valid_log(rng: &mut SplitMix) -> (Vec<u8>, Vec<Rec>) {
     let vfs = MemVfs::new();
     let first = rng.range(0, 1 << 40);
-    let opts = WalOptions {
-        first_seq: LogSeq(first),
-        ..WalOptions::single_file(DurabilityPolicy::Skip)
-    };
+    let opts = WalOptions::single_file(DurabilityPolicy::Skip).with_first_seq(LogSeq(first));
     let w = WalWriter::create_with(&vfs, "l", opts).unwrap();
     let mut recs = Vec::new();
     for _ in 0..rng.range(0, 12) {

@@ -215,10 +215,7 @@ fn push_log_paths_are_confined(mode: Mode) {
 /// copying it into the guest: the instance here has 32 MiB of memory, less than the payload.
 fn oversized_payload_and_batch_are_refused_before_the_boundary(mode: Mode) {
     let root = TempRoot::new();
-    let limits = SandboxLimits {
-        memory_bytes_max: 32 << 20,
-        ..SandboxLimits::default()
-    };
+    let limits = SandboxLimits::default().with_memory_bytes_max(32 << 20);
     let options = WalOptions::single_file(DurabilityPolicy::FullSync);
     let wal = Wal::create_with_limits(root.vfs(), "big.wal", options, mode, limits).unwrap();
     assert_eq!(wal.commit_durable(1, b"before").unwrap(), LogSeq(0));
@@ -269,10 +266,7 @@ fn oversized_payload_and_batch_are_refused_before_the_boundary(mode: Mode) {
 /// oversized batch of another schema gets `SchemaMismatch` in every mode.
 fn oversized_push_is_refused_before_the_boundary(mode: Mode) {
     let root = TempRoot::new();
-    let limits = SandboxLimits {
-        memory_bytes_max: 32 << 20,
-        ..SandboxLimits::default()
-    };
+    let limits = SandboxLimits::default().with_memory_bytes_max(32 << 20);
     let (schema, small) = numbers();
     let log = PushLog::new_with_limits(root.vfs(), "p", schema.clone(), mode, limits).unwrap();
     log.append(&small).unwrap();
@@ -311,10 +305,7 @@ fn oversized_push_is_refused_before_the_boundary(mode: Mode) {
 /// sandboxed, the host refuses it before copying it into an instance with 32 MiB of memory.
 fn oversized_journal_append_is_refused_before_the_boundary(mode: Mode) {
     let root = TempRoot::new();
-    let limits = SandboxLimits {
-        memory_bytes_max: 32 << 20,
-        ..SandboxLimits::default()
-    };
+    let limits = SandboxLimits::default().with_memory_bytes_max(32 << 20);
     let rt = tokio::runtime::Builder::new_current_thread()
         .build()
         .unwrap();
@@ -374,10 +365,7 @@ macro_rules! sandboxed_modes {
 fn memory_limit_traps_this_instance_only(mode: Mode) {
     let root = TempRoot::new();
     let options = WalOptions::single_file(DurabilityPolicy::FullSync);
-    let limits = SandboxLimits {
-        memory_bytes_max: 16 << 20,
-        ..SandboxLimits::default()
-    };
+    let limits = SandboxLimits::default().with_memory_bytes_max(16 << 20);
     let other = Wal::create(root.vfs(), "other.wal", options, mode).unwrap();
     let wal = Wal::create_with_limits(root.vfs(), "small.wal", options, mode, limits).unwrap();
     assert_eq!(wal.commit_durable(1, b"durable").unwrap(), LogSeq(0));
@@ -418,10 +406,7 @@ fn memory_limit_traps_this_instance_only(mode: Mode) {
 /// (a hundred pushes and twenty scans under a tight bound do not leak).
 fn open_file_cap_gives_too_many_handles(mode: Mode) {
     let root = TempRoot::new();
-    let none = SandboxLimits {
-        open_files_max: 0,
-        ..SandboxLimits::default()
-    };
+    let none = SandboxLimits::default().with_open_files_max(0);
     let options = WalOptions::single_file(DurabilityPolicy::FullSync);
     let err = Wal::create_with_limits(root.vfs(), "a.wal", options, mode, none).unwrap_err();
     assert_eq!(
@@ -430,10 +415,7 @@ fn open_file_cap_gives_too_many_handles(mode: Mode) {
     );
     assert!(!root.path("a.wal").exists(), "nothing created");
 
-    let one = SandboxLimits {
-        open_files_max: 1,
-        ..SandboxLimits::default()
-    };
+    let one = SandboxLimits::default().with_open_files_max(1);
     // A journal holds its file and its lock: two handles.
     let rt = tokio::runtime::Builder::new_current_thread()
         .build()
@@ -453,10 +435,7 @@ fn open_file_cap_gives_too_many_handles(mode: Mode) {
     // compaction a fourth (the staged file). Under each bound, what fits works as often as it
     // is asked (so every handle is given back), and what does not is refused and writes nothing.
     let (schema, batch) = numbers();
-    let limited = |open_files_max| SandboxLimits {
-        open_files_max,
-        ..SandboxLimits::default()
-    };
+    let limited = |open_files_max| SandboxLimits::default().with_open_files_max(open_files_max);
     let log = PushLog::new_with_limits(root.vfs(), "p", schema.clone(), mode, limited(2)).unwrap();
     for _ in 0..100 {
         log.append(&batch).unwrap();
@@ -494,15 +473,9 @@ fn open_file_cap_gives_too_many_handles(mode: Mode) {
 /// epoch tick. The instance then refuses every later call; what it acknowledged survives.
 fn busy_guest_is_interrupted(mode: Mode) {
     let root = TempRoot::new();
-    let options = WalOptions {
-        retained_bytes_max: 0,
-        ..WalOptions::single_file(DurabilityPolicy::FullSync)
-    };
+    let options = WalOptions::single_file(DurabilityPolicy::FullSync).with_retained_bytes_max(0);
     let deadline = stele_host::runtime::EPOCH_TICK;
-    let limits = SandboxLimits {
-        busy_deadline: Some(deadline),
-        ..SandboxLimits::default()
-    };
+    let limits = SandboxLimits::default().with_busy_deadline(Some(deadline));
     let wal = Wal::create_with_limits(root.vfs(), "busy.wal", options, mode, limits).unwrap();
     assert_eq!(wal.commit_durable(1, b"acked").unwrap(), LogSeq(0));
     let chunk = vec![9u8; 1 << 20];
@@ -536,10 +509,7 @@ fn busy_deadline_ignores_host_time(mode: Mode) {
     let (vfs, counters) = FailingVfs::new(root.vfs());
     let options = WalOptions::single_file(DurabilityPolicy::FullSync);
     let deadline = Duration::from_millis(10);
-    let limits = SandboxLimits {
-        busy_deadline: Some(deadline),
-        ..SandboxLimits::default()
-    };
+    let limits = SandboxLimits::default().with_busy_deadline(Some(deadline));
     let wal = Wal::create_with_limits(vfs, "slow.wal", options, mode, limits).unwrap();
     for i in 0..200 {
         assert_eq!(

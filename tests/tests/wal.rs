@@ -14,10 +14,7 @@ use stele_host::{Mode, Wal, WalError, read_wal};
 use stele_tests::{FailingVfs, TempRoot, every_mode, payload, payload_id};
 
 fn opts(policy: DurabilityPolicy, first_seq: u64) -> WalOptions {
-    WalOptions {
-        first_seq: LogSeq(first_seq),
-        ..WalOptions::single_file(policy)
-    }
+    WalOptions::single_file(policy).with_first_seq(LogSeq(first_seq))
 }
 
 fn round_trip_across_reopens(mode: Mode) {
@@ -252,10 +249,7 @@ fn group_commit_16_threads_500_each(mode: Mode) {
     const THREADS: u64 = 16;
     const PER_THREAD: u64 = 500;
     let root = TempRoot::new();
-    let o = WalOptions {
-        retained_bytes_max: 0,
-        ..opts(DurabilityPolicy::FullSync, 0)
-    };
+    let o = opts(DurabilityPolicy::FullSync, 0).with_retained_bytes_max(0);
     let wal = Arc::new(Wal::create(root.vfs(), "group.wal", o, mode).unwrap());
     let seqs: Vec<Vec<u64>> = std::thread::scope(|s| {
         let handles: Vec<_> = (0..THREADS)
@@ -370,10 +364,7 @@ fn failed_sync_poisons_the_writer(mode: Mode) {
 fn failed_sync_reaches_every_waiter_and_nothing_later_is_durable(mode: Mode) {
     let root = TempRoot::new();
     let (vfs, counters) = FailingVfs::new(root.vfs());
-    let o = WalOptions {
-        retained_bytes_max: 0,
-        ..opts(DurabilityPolicy::FullSync, 0)
-    };
+    let o = opts(DurabilityPolicy::FullSync, 0).with_retained_bytes_max(0);
     let wal = Arc::new(Wal::create(vfs.clone(), "many.wal", o, mode).unwrap());
     let base = counters.syncs.load(std::sync::atomic::Ordering::SeqCst);
     counters.fail_sync_at(base + 5, VfsError::Io("injected EIO".into()));
@@ -498,10 +489,7 @@ fn retiring_beyond_durable_end_fails_and_within_releases_bytes(mode: Mode) {
 
 fn oversized_payload_and_group_are_typed_errors_that_consume_nothing(mode: Mode) {
     let root = TempRoot::new();
-    let o = WalOptions {
-        group_bytes_max: Some(1024),
-        ..opts(DurabilityPolicy::FullSync, 0)
-    };
+    let o = opts(DurabilityPolicy::FullSync, 0).with_group_bytes_max(Some(1024));
     let wal = Wal::create(root.vfs(), "big.wal", o, mode).unwrap();
     let err = wal.commit_durable(1, &vec![0u8; 2000]).unwrap_err();
     assert_eq!(
@@ -562,10 +550,7 @@ fn mixed_callers_are_all_answered_and_every_ack_is_durable(mode: Mode) {
     const LAST_COMMIT_ROUNDS: u64 = 20;
     const WATCHDOG: std::time::Duration = std::time::Duration::from_secs(300);
     let root = TempRoot::new();
-    let o = WalOptions {
-        retained_bytes_max: 0,
-        ..opts(DurabilityPolicy::Barrier, 0)
-    };
+    let o = opts(DurabilityPolicy::Barrier, 0).with_retained_bytes_max(0);
     let wal = Arc::new(Wal::create(root.vfs(), "mixed.wal", o, mode).unwrap());
     let (done, finished) = std::sync::mpsc::channel();
     let worker = {
@@ -777,10 +762,7 @@ fn one_bad_batch_gets_the_same_error_in_all_six_ways_to_call() {
     let runtime = stele_tests::tokio_runtime(2);
     for mode in Mode::ALL {
         let root = TempRoot::new();
-        let o = WalOptions {
-            group_bytes_max: Some(1024),
-            ..opts(DurabilityPolicy::FullSync, 0)
-        };
+        let o = opts(DurabilityPolicy::FullSync, 0).with_group_bytes_max(Some(1024));
         let wal = Wal::create(root.vfs(), "same.wal", o, mode).unwrap();
         let gate = Arc::new(stele_host::archive_gate::ArchiveGate::new(
             LogSeq(0),

@@ -12,10 +12,7 @@ use stele_host::{Mode, Wal, WalError, read_wal};
 use stele_tests::{Counters, FailingVfs, TempRoot, every_mode, payload, payload_id, tokio_runtime};
 
 fn options() -> WalOptions {
-    WalOptions {
-        retained_bytes_max: 0,
-        ..WalOptions::new(DurabilityPolicy::FullSync)
-    }
+    WalOptions::new(DurabilityPolicy::FullSync).with_retained_bytes_max(0)
 }
 
 fn check_recovered(vfs: Arc<dyn Vfs>, path: &str, mode: Mode, expected: usize) {

@@ -140,13 +140,29 @@ pub enum Finish {
 }
 
 /// When [`PushLog::maybe_compact`] runs: when the log holds at least `frames` frames, or at
-/// least `bytes` bytes (either bound that is set).
+/// least `bytes` bytes (either bound that is set). The default sets neither: never.
+/// `#[non_exhaustive]`: build it with `CompactionPolicy::default()` and the `with_*` setters.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct CompactionPolicy {
     /// Compact once the log holds at least this many frames.
     pub frames: Option<usize>,
     /// Compact once the log holds at least this many bytes.
     pub bytes: Option<u64>,
+}
+
+impl CompactionPolicy {
+    /// This policy with a frame bound (`None`: none).
+    pub const fn with_frames(mut self, frames: Option<usize>) -> Self {
+        self.frames = frames;
+        self
+    }
+
+    /// This policy with a byte bound (`None`: none).
+    pub const fn with_bytes(mut self, bytes: Option<u64>) -> Self {
+        self.bytes = bytes;
+        self
+    }
 }
 
 /// What a compaction did.

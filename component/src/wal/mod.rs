@@ -140,8 +140,21 @@ impl DurabilityPolicy {
 }
 
 /// How to create or open a writer. [`WalOptions::new`] gives a segmented log (64 MiB segments);
-/// [`WalOptions::single_file`] the original one-file format.
+/// [`WalOptions::single_file`] the original one-file format; the `with_*` setters change one
+/// field each:
+///
+/// ```
+/// use stele::wal::{DurabilityPolicy, LogSeq, WalOptions};
+/// let options = WalOptions::new(DurabilityPolicy::FullSync)
+///     .with_first_seq(LogSeq(100))
+///     .with_retained_bytes_max(0);
+/// assert_eq!(options.first_seq, LogSeq(100));
+/// ```
+///
+/// `#[non_exhaustive]`, so that a new option is not a breaking change: build it from a
+/// constructor, never from a struct literal.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct WalOptions {
     /// What each group's write is followed by, and so what a durable commit promises.
     pub policy: DurabilityPolicy,
@@ -189,6 +202,36 @@ impl WalOptions {
             segment_bytes: Some(segment_bytes),
             ..WalOptions::new(policy)
         }
+    }
+
+    /// These options under another durability policy.
+    pub const fn with_policy(mut self, policy: DurabilityPolicy) -> Self {
+        self.policy = policy;
+        self
+    }
+
+    /// These options with a new log's first seq (ignored when a log is recovered).
+    pub const fn with_first_seq(mut self, first_seq: LogSeq) -> Self {
+        self.first_seq = first_seq;
+        self
+    }
+
+    /// These options with a group bound (`None`: the policy's default).
+    pub const fn with_group_bytes_max(mut self, group_bytes_max: Option<usize>) -> Self {
+        self.group_bytes_max = group_bytes_max;
+        self
+    }
+
+    /// These options keeping this many bytes of committed records for `visible_records`.
+    pub const fn with_retained_bytes_max(mut self, retained_bytes_max: usize) -> Self {
+        self.retained_bytes_max = retained_bytes_max;
+        self
+    }
+
+    /// These options with segments of this size (`Some`), or as a single file (`None`).
+    pub const fn with_segment_bytes(mut self, segment_bytes: Option<u64>) -> Self {
+        self.segment_bytes = segment_bytes;
+        self
     }
 
     /// The group bound in effect: the configured or default one, and never more than one

@@ -85,8 +85,10 @@ pub const POLL_INTERVAL_DEFAULT: Duration = Duration::from_millis(100);
 /// Litestream ships every second, pgBackRest's `archive_timeout` is often a minute.
 pub const SEAL_AGE_MAX_DEFAULT: Duration = Duration::from_secs(60);
 
-/// How an [`Archiver`] behaves.
+/// How an [`Archiver`] behaves. `#[non_exhaustive]`: start from `ArchiveOptions::default()`
+/// and change what you need with the `with_*` setters.
 #[derive(Clone, Debug)]
+#[non_exhaustive]
 pub struct ArchiveOptions {
     /// Encoded record bytes written but not archived at which commits are refused.
     pub unarchived_bytes_max: u64,
@@ -114,6 +116,44 @@ impl Default for ArchiveOptions {
             poll_interval: POLL_INTERVAL_DEFAULT,
             seal_age_max: Some(SEAL_AGE_MAX_DEFAULT),
         }
+    }
+}
+
+impl ArchiveOptions {
+    /// These options refusing commits at another unarchived backlog.
+    pub fn with_unarchived_bytes_max(mut self, unarchived_bytes_max: u64) -> Self {
+        self.unarchived_bytes_max = unarchived_bytes_max;
+        self
+    }
+
+    /// These options keeping another number of archived segments locally.
+    pub fn with_local_segments_kept(mut self, local_segments_kept: usize) -> Self {
+        self.local_segments_kept = local_segments_kept;
+        self
+    }
+
+    /// These options with each round truncating the local log (`true`) or not.
+    pub fn with_truncate_local(mut self, truncate_local: bool) -> Self {
+        self.truncate_local = truncate_local;
+        self
+    }
+
+    /// These options with another number of uploads in flight.
+    pub fn with_uploads_in_flight(mut self, uploads_in_flight: usize) -> Self {
+        self.uploads_in_flight = uploads_in_flight;
+        self
+    }
+
+    /// These options with another wait between a running archiver's rounds.
+    pub fn with_poll_interval(mut self, poll_interval: Duration) -> Self {
+        self.poll_interval = poll_interval;
+        self
+    }
+
+    /// These options sealing the active segment after another age (`None`: only when full).
+    pub fn with_seal_age_max(mut self, seal_age_max: Option<Duration>) -> Self {
+        self.seal_age_max = seal_age_max;
+        self
     }
 }
 

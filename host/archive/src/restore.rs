@@ -26,8 +26,11 @@ pub const FETCHES_IN_FLIGHT_DEFAULT: usize = 8;
 /// Progress reports: `(bytes done, bytes in all)`, after each object.
 pub type Progress = Arc<dyn Fn(u64, u64) + Send + Sync>;
 
-/// How [`restore`] and [`verify`] run.
+/// How [`restore`] and [`verify`] run. `#[non_exhaustive]`: start from
+/// `RestoreOptions::default()` (everything, the default fetch count, no progress) and change
+/// what you need with the `with_*` setters.
 #[derive(Clone, Default)]
+#[non_exhaustive]
 pub struct RestoreOptions {
     /// Restore through this seq only (inclusive); `None`: everything archived.
     pub to_seq: Option<LogSeq>,
@@ -35,6 +38,26 @@ pub struct RestoreOptions {
     pub fetches_in_flight: usize,
     /// Called after each object.
     pub progress: Option<Progress>,
+}
+
+impl RestoreOptions {
+    /// These options restoring through `to_seq` only (`None`: everything archived).
+    pub fn with_to_seq(mut self, to_seq: Option<LogSeq>) -> Self {
+        self.to_seq = to_seq;
+        self
+    }
+
+    /// These options with another number of fetches in flight (0: the default).
+    pub fn with_fetches_in_flight(mut self, fetches_in_flight: usize) -> Self {
+        self.fetches_in_flight = fetches_in_flight;
+        self
+    }
+
+    /// These options reporting progress to `progress` after each object.
+    pub fn with_progress(mut self, progress: Option<Progress>) -> Self {
+        self.progress = progress;
+        self
+    }
 }
 
 impl std::fmt::Debug for RestoreOptions {

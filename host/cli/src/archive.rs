@@ -145,10 +145,7 @@ pub fn archive_command(command: ArchiveCommand) -> Result<std::process::ExitCode
             let started = Instant::now();
             let verified = rt.block_on(stele_archive::verify(
                 &location,
-                RestoreOptions {
-                    progress: Some(progress),
-                    ..RestoreOptions::default()
-                },
+                RestoreOptions::default().with_progress(Some(progress)),
             ));
             bar.finish_and_clear();
             match verified {
@@ -222,11 +219,9 @@ fn restore(
         &location,
         fs,
         &name,
-        RestoreOptions {
-            to_seq: to_seq.map(LogSeq),
-            progress: Some(progress),
-            ..RestoreOptions::default()
-        },
+        RestoreOptions::default()
+            .with_to_seq(to_seq.map(LogSeq))
+            .with_progress(Some(progress)),
     ));
     bar.finish_and_clear();
     let report = restored.with_context(|| format!("restoring {url} into {}", dir.display()))?;

@@ -121,10 +121,7 @@ fn demo_mode(fs: &Arc<RealFs>, mode: Mode, args: &DemoArgs) -> Result<DemoRow> {
     if stele::vfs::Vfs::exists(&**fs, &path)? {
         bail!("{path} already exists in the demo directory; pick an empty --dir");
     }
-    let options = WalOptions {
-        retained_bytes_max: 0,
-        ..WalOptions::new(DurabilityPolicy::FullSync)
-    };
+    let options = WalOptions::new(DurabilityPolicy::FullSync).with_retained_bytes_max(0);
     let wal = Arc::new(
         Wal::create(fs.clone(), &path, options, mode).with_context(|| format!("create {path}"))?,
     );

@@ -109,6 +109,10 @@ fn main() -> ExitCode {
     #[cfg(unix)]
     end_quietly_on_closed_pipe();
     let cli = Cli::parse();
+    if let Err(err) = common::init_runtime() {
+        eprintln!("stele: {err:#}");
+        return ExitCode::FAILURE;
+    }
     let result = match cli.command {
         Command::PushLog(command) => push_log_command(command),
         Command::Archive(command) => {

@@ -27,11 +27,9 @@ pub(crate) fn wal_soak(
     use std::sync::atomic::{AtomicU64, Ordering};
 
     let (fs, name) = root_and_name(path)?;
-    let options = WalOptions {
-        retained_bytes_max: 0,
-        segment_bytes,
-        ..WalOptions::new(DurabilityPolicy::FullSync)
-    };
+    let options = WalOptions::new(DurabilityPolicy::FullSync)
+        .with_retained_bytes_max(0)
+        .with_segment_bytes(segment_bytes);
     let (wal, recovery) =
         Wal::open(fs.clone(), &name, options, mode).map_err(|e| wal_writer_error(path, e))?;
     eprintln!(
@@ -54,10 +52,7 @@ pub(crate) fn wal_soak(
                     fs,
                     &name,
                     wal.clone(),
-                    stele_archive::ArchiveOptions {
-                        seal_age_max,
-                        ..stele_archive::ArchiveOptions::default()
-                    },
+                    stele_archive::ArchiveOptions::default().with_seal_age_max(seal_age_max),
                 ))
                 .with_context(|| format!("attaching the archive {url}"))?;
             eprintln!(

@@ -151,11 +151,9 @@ fn every_family_and_every_ending() {
 fn no_progress_bar_when_stdout_is_not_a_terminal() {
     let dir = tempfile::tempdir().unwrap();
     let vfs: Arc<dyn Vfs> = Arc::new(RealFs::open_root(dir.path()).unwrap());
-    let options = WalOptions {
-        group_bytes_max: Some(16 << 20),
-        retained_bytes_max: 0,
-        ..WalOptions::single_file(DurabilityPolicy::Skip)
-    };
+    let options = WalOptions::single_file(DurabilityPolicy::Skip)
+        .with_group_bytes_max(Some(16 << 20))
+        .with_retained_bytes_max(0);
     let wal = WalWriter::create_with(&*vfs, "big.wal", options).unwrap();
     let payload = vec![3u8; 1 << 20];
     for _ in 0..70 {

@@ -442,6 +442,82 @@ fn append_and_tail_take_mode() {
     );
 }
 
+/// The CLI, unlike the library, keeps compiled code: where `STELE_CODE_CACHE` says, else under
+/// `$XDG_CACHE_HOME/stele`, else `$HOME/.cache/stele`; `off` keeps none.
+#[test]
+fn the_cli_caches_compiled_code_where_its_environment_says() {
+    let dir = tempfile::tempdir().unwrap();
+    let cwasm = |cache: &std::path::Path| -> Vec<String> {
+        std::fs::read_dir(cache)
+            .map(|entries| {
+                entries
+                    .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+                    .filter(|name| name.ends_with(".cwasm"))
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    let home = dir.path().join("home");
+    let named = dir.path().join("named");
+    std::fs::create_dir(&home).unwrap();
+    let append = |log: &str, env: &[(&str, String)]| {
+        let run = common::stele_run_with(
+            Some(dir.path()),
+            &[
+                "wal",
+                "append",
+                "--single-file",
+                log,
+                "x",
+                "--mode",
+                "sandboxed",
+            ],
+            env,
+        );
+        assert_eq!(run.code, Some(0), "{}", run.stderr);
+    };
+    let home_env = ("HOME", home.display().to_string());
+    let no_xdg = ("XDG_CACHE_HOME", String::new());
+
+    append(
+        "a.wal",
+        &[
+            home_env.clone(),
+            no_xdg.clone(),
+            ("STELE_CODE_CACHE", "off".into()),
+        ],
+    );
+    assert!(!home.join(".cache").exists(), "off wrote under HOME");
+
+    append(
+        "b.wal",
+        &[
+            home_env.clone(),
+            no_xdg.clone(),
+            ("STELE_CODE_CACHE", named.display().to_string()),
+        ],
+    );
+    let files = cwasm(&named);
+    assert!(
+        files.len() == 1 && files[0].starts_with("stele-async-"),
+        "{files:?}"
+    );
+    assert!(
+        !home.join(".cache").exists(),
+        "a named cache also wrote under HOME"
+    );
+
+    append(
+        "c.wal",
+        &[home_env, no_xdg, ("STELE_CODE_CACHE", String::new())],
+    );
+    let files = cwasm(&home.join(".cache").join("stele"));
+    assert!(
+        files.len() == 1 && files[0].starts_with("stele-async-"),
+        "{files:?}"
+    );
+}
+
 /// A reader whose stdout closes early (`stele wal dump LOG | head -1`) ends quietly: no panic,
 /// nothing on stderr.
 #[test]

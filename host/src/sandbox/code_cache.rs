@@ -16,8 +16,12 @@
 //!   so a reader sees a whole file or none; two processes that miss at once each write a whole
 //!   file and the later rename wins. No fsync: a file lost to a crash is only a later miss.
 //! - **Trust.** Loading compiled code runs it, and the CRC catches damage, not malice: the
-//!   cache directory must be writable only by the user that runs Stele. The default directory
-//!   is made with mode 0700. Set [`CACHE_DIR_ENV`] to `off` to compile in every process.
+//!   cache directory must be writable only by the user that runs Stele. A missing directory
+//!   is made with mode 0700.
+//! - **Off unless asked.** The library never picks a directory and reads no environment: the
+//!   embedder passes one ([`crate::runtime::RuntimeOptions::with_code_cache_dir`]), or the
+//!   runtime compiles in every process and writes nothing. The `stele` CLI turns it on (its
+//!   `STELE_CODE_CACHE`, else `$XDG_CACHE_HOME/stele`, else `$HOME/.cache/stele`).
 
 use std::hash::{Hash, Hasher};
 use std::io::Write;
@@ -25,10 +29,6 @@ use std::path::{Path, PathBuf};
 
 use wasmtime::Engine;
 use wasmtime::component::Component;
-
-/// The environment variable that chooses the cache directory: a path, or `off` for no cache.
-/// Unset, the cache is `$XDG_CACHE_HOME/stele`, else `$HOME/.cache/stele`, else off.
-pub const CACHE_DIR_ENV: &str = "STELE_CODE_CACHE";
 
 /// Ends every cache file, after the CRC: tells a cache file from any other file that happens to
 /// carry the name, before the CRC is even computed.
@@ -56,23 +56,6 @@ pub enum CacheOutcome {
     },
     /// No cache: compiled.
     Uncached,
-}
-
-/// The cache directory the environment chooses (see [`CACHE_DIR_ENV`]), or `None` for no cache.
-pub fn default_dir() -> Option<PathBuf> {
-    match std::env::var_os(CACHE_DIR_ENV) {
-        Some(dir) if dir == "off" => None,
-        Some(dir) if !dir.is_empty() => Some(PathBuf::from(dir)),
-        _ => std::env::var_os("XDG_CACHE_HOME")
-            .filter(|dir| !dir.is_empty())
-            .map(PathBuf::from)
-            .or_else(|| {
-                std::env::var_os("HOME")
-                    .filter(|dir| !dir.is_empty())
-                    .map(|home| Path::new(&home).join(".cache"))
-            })
-            .map(|dir| dir.join("stele")),
-    }
 }
 
 /// The file that holds `wasm` compiled for `engine` under `dir`; `name` only makes it readable.

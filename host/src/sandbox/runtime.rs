@@ -34,10 +34,6 @@ pub static COMPONENT_WASM: &[u8] = include_bytes!(env!("STELE_COMPONENT_WASM_EMB
 pub static COMPONENT_ASYNC_WASM: &[u8] =
     include_bytes!(env!("STELE_COMPONENT_ASYNC_WASM_EMBEDDED"));
 
-/// Set to `perfmap` to have the default engine write `/tmp/perf-<pid>.map`, so that `perf
-/// report` names the guest's functions (the profile in `docs/BENCHMARKS.md` was taken so).
-pub const PROFILER_ENV: &str = "STELE_WASM_PROFILER";
-
 /// Default bound on one instance's linear memory. The engine keeps at most one group (16 MiB
 /// under full sync), its retained records (64 MiB by default) and a replay window (one frame,
 /// up to 64 MiB) in memory; 256 MiB covers that with room to spare. Chosen, not measured.
@@ -57,8 +53,10 @@ pub const EPOCH_TICK: Duration = Duration::from_millis(2);
 pub const TABLE_ELEMENTS_MAX: usize = 1 << 16;
 
 /// Per-instance limits. Natively ([`crate::Mode::Native`]) there is no instance, and these
-/// do not apply.
+/// do not apply. `#[non_exhaustive]`, so that a new limit is not a breaking change: start from
+/// `SandboxLimits::default()` and change what you need with the `with_*` setters.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct SandboxLimits {
     /// Bound on the instance's linear memory. A guest that tries to grow past it traps, and the
     /// call (and every later call on that instance) fails with [`SandboxError::MemoryLimit`].
@@ -82,6 +80,26 @@ impl Default for SandboxLimits {
             open_files_max: OPEN_FILES_MAX_DEFAULT,
             busy_deadline: None,
         }
+    }
+}
+
+impl SandboxLimits {
+    /// These limits with another memory bound.
+    pub const fn with_memory_bytes_max(mut self, memory_bytes_max: usize) -> Self {
+        self.memory_bytes_max = memory_bytes_max;
+        self
+    }
+
+    /// These limits with another bound on open files and locks.
+    pub const fn with_open_files_max(mut self, open_files_max: usize) -> Self {
+        self.open_files_max = open_files_max;
+        self
+    }
+
+    /// These limits with a busy deadline (`None`: none).
+    pub const fn with_busy_deadline(mut self, busy_deadline: Option<Duration>) -> Self {
+        self.busy_deadline = busy_deadline;
+        self
     }
 }
 
@@ -238,35 +256,83 @@ fn loaded<T>(
         .map_err(|e| SandboxError::Load(e.clone()))
 }
 
+/// How the process's [`Runtime`] is made, for [`Runtime::init`]: the engine, and where
+/// compiled code is kept between processes. The default is Stele's own engine
+/// ([`Runtime::default_config`]) and no code cache: nothing is written to disk unless the
+/// embedder names a directory. `#[non_exhaustive]`: start from `RuntimeOptions::default()`
+/// and change what you need with the `with_*` setters.
+#[derive(Clone, Default)]
+#[non_exhaustive]
+pub struct RuntimeOptions {
+    /// The embedder's engine, so that Stele's sandboxed modes share its compiled code, its
+    /// allocator and its epoch; `None`: an engine of Stele's own.
+    pub engine: Option<Engine>,
+    /// The directory of the on-disk compiled-code cache ([`super::code_cache`]): the first
+    /// sandboxed call of a later process then loads machine code instead of compiling (3.4 s
+    /// of CPU for both builds on a 2-vCPU machine, against milliseconds). `None` (the
+    /// default): compile in every process, write nothing. The directory must be writable only
+    /// by the user that runs Stele (see the module doc of [`super::code_cache`]).
+    pub code_cache_dir: Option<PathBuf>,
+}
+
+impl RuntimeOptions {
+    /// These options on the embedder's `engine`.
+    pub fn with_engine(mut self, engine: Engine) -> Self {
+        self.engine = Some(engine);
+        self
+    }
+
+    /// These options caching compiled code under `dir` (`None`: no cache).
+    pub fn with_code_cache_dir(mut self, dir: Option<PathBuf>) -> Self {
+        self.code_cache_dir = dir;
+        self
+    }
+}
+
+impl std::fmt::Debug for RuntimeOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RuntimeOptions")
+            .field("engine", &self.engine.as_ref().map(|_| "the embedder's"))
+            .field("code_cache_dir", &self.code_cache_dir)
+            .finish()
+    }
+}
+
 impl Runtime {
     /// The process's runtime, which [`crate::Wal`], [`crate::Journal`] and [`crate::PushLog`]
-    /// run their sandboxed modes on. Made on first use, on an engine of Stele's own
-    /// ([`Runtime::default_config`]), unless [`Runtime::init_with_engine`] came first. Its
-    /// compiled code is cached where [`super::code_cache::default_dir`] says.
+    /// run their sandboxed modes on. Made on first use with `RuntimeOptions::default()` (an
+    /// engine of Stele's own, no code cache), unless [`Runtime::init`] came first.
     pub fn get() -> Result<&'static Runtime, SandboxError> {
         loaded(&RUNTIME, || {
-            Engine::new(&Runtime::default_config())
-                .map(|engine| Runtime::new(engine, super::code_cache::default_dir()))
+            Engine::new(&Runtime::default_config()).map(|engine| Runtime::new(engine, None))
         })
     }
 
-    /// Makes the process's runtime on `engine`, the embedder's own, so that Stele's sandboxed
-    /// modes share its compiled code cache, its allocator and its epoch. The engine's config
-    /// needs `wasm_component_model_async(true)` (the async build), and
-    /// `epoch_interruption(true)` for [`SandboxLimits::busy_deadline`] to fire (Stele's ticker
-    /// then advances this engine's epoch every [`EPOCH_TICK`]; leave deadlines unset if you
-    /// drive the epoch yourself). Both builds are compiled here (through the
-    /// [`super::code_cache`], keyed by this engine's configuration). Fails with
-    /// [`SandboxError::AlreadyInitialized`] once the runtime exists, on this engine or another,
-    /// and with [`SandboxError::Load`] when the components do not compile on `engine`; that
-    /// failure is not kept, so a later call (or [`Runtime::get`]) can still make the runtime.
-    pub fn init_with_engine(engine: Engine) -> Result<&'static Runtime, SandboxError> {
+    /// Makes the process's runtime as `options` say. Call it before the first sandboxed
+    /// handle opens. With [`RuntimeOptions::engine`] set, both builds are compiled here
+    /// (through the code cache, when one is given), so that an engine that cannot run them
+    /// fails now, with [`SandboxError::Load`]; that failure is not kept, so a later call (or
+    /// [`Runtime::get`]) can still make the runtime. Without, each build is compiled on its
+    /// first use, as [`Runtime::get`] does. The embedder's engine needs
+    /// `wasm_component_model_async(true)` (the async build), and `epoch_interruption(true)`
+    /// for [`SandboxLimits::busy_deadline`] to fire (Stele's ticker then advances this
+    /// engine's epoch every [`EPOCH_TICK`]; leave deadlines unset if you drive the epoch
+    /// yourself). Fails with [`SandboxError::AlreadyInitialized`] once the runtime exists.
+    pub fn init(options: RuntimeOptions) -> Result<&'static Runtime, SandboxError> {
         if RUNTIME.get().is_some() {
             return Err(SandboxError::AlreadyInitialized);
         }
-        let made = Runtime::new(engine, super::code_cache::default_dir());
-        made.pre()?;
-        made.pre_async()?;
+        let made = match options.engine {
+            Some(engine) => {
+                let made = Runtime::new(engine, options.code_cache_dir);
+                made.pre()?;
+                made.pre_async()?;
+                made
+            }
+            None => Engine::new(&Runtime::default_config())
+                .map(|engine| Runtime::new(engine, options.code_cache_dir))
+                .map_err(|e| SandboxError::Load(format!("{e:#}")))?,
+        };
         let mut installed = false;
         let runtime = RUNTIME.get_or_init(|| {
             installed = true;
@@ -279,8 +345,15 @@ impl Runtime {
         }
     }
 
+    /// [`Runtime::init`] on the embedder's `engine`, without a code cache.
+    pub fn init_with_engine(engine: Engine) -> Result<&'static Runtime, SandboxError> {
+        Runtime::init(RuntimeOptions::default().with_engine(engine))
+    }
+
     /// The config of the engine [`Runtime::get`] makes: the component model with its async
     /// ABI, and epoch interruption for busy deadlines. Everything else is wasmtime's default.
+    /// Start from it to make an engine of your own (with a profiler, say) for
+    /// [`RuntimeOptions::with_engine`].
     pub fn default_config() -> Config {
         let mut config = Config::new();
         config.wasm_component_model(true);
@@ -288,9 +361,6 @@ impl Runtime {
         // For the busy deadline: every loop head and function entry checks the epoch. Stores
         // without a deadline never reach theirs.
         config.epoch_interruption(true);
-        if std::env::var_os(PROFILER_ENV).is_some_and(|v| v == "perfmap") {
-            config.profiler(wasmtime::ProfilingStrategy::PerfMap);
-        }
         config
     }
 

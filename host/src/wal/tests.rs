@@ -171,10 +171,8 @@ fn seqs(range: Range<u64>) -> Result<Range<LogSeq>, WalError> {
 #[test]
 fn gathered_batches_keep_their_own_outcomes() {
     let fault = FaultFs::new();
-    let options = WalOptions {
-        retained_bytes_max: encoded_len(400) + encoded_len(300) + 2 * encoded_len(50),
-        ..WalOptions::single_file(DurabilityPolicy::FullSync)
-    };
+    let options = WalOptions::single_file(DurabilityPolicy::FullSync)
+        .with_retained_bytes_max(encoded_len(400) + encoded_len(300) + 2 * encoded_len(50));
     let (mut session, io) = session(&fault, options);
     let outcomes = commit_batches(
         &mut session,
@@ -210,10 +208,8 @@ fn gathered_batches_keep_their_own_outcomes() {
 #[test]
 fn a_failed_group_fails_only_the_batches_in_it() {
     let fault = FaultFs::new();
-    let options = WalOptions {
-        group_bytes_max: Some(encoded_len(200) + 10),
-        ..WalOptions::single_file(DurabilityPolicy::FullSync)
-    };
+    let options = WalOptions::single_file(DurabilityPolicy::FullSync)
+        .with_group_bytes_max(Some(encoded_len(200) + 10));
     let (mut session, io) = session(&fault, options);
     fault.inject(FaultRule {
         op: OpKind::Sync,

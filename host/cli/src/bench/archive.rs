@@ -100,10 +100,7 @@ fn commit_load(wal: &Wal, per_writer: usize, payload: usize) -> Result<(Vec<f64>
 }
 
 fn options() -> WalOptions {
-    WalOptions {
-        retained_bytes_max: 0,
-        ..WalOptions::segmented(DurabilityPolicy::FullSync, SEGMENT_BYTES)
-    }
+    WalOptions::segmented(DurabilityPolicy::FullSync, SEGMENT_BYTES).with_retained_bytes_max(0)
 }
 
 /// The loopback S3 server a round of the `s3` store runs.
@@ -165,11 +162,9 @@ fn round(
         .enable_all()
         .build()?;
     let (wal, _) = Wal::open(fs.clone(), "bench-archive-on", options(), Mode::Native)?;
-    let archive_options = ArchiveOptions {
-        poll_interval: POLL,
-        truncate_local: false,
-        ..ArchiveOptions::default()
-    };
+    let archive_options = ArchiveOptions::default()
+        .with_poll_interval(POLL)
+        .with_truncate_local(false);
     let running = rt
         .block_on(Archiver::attach(
             location.clone(),

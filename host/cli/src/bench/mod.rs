@@ -63,14 +63,12 @@ fn stele(
     let name = format!("bench-{}-{writers}.wal", mode.name());
     remove_log(&dir.join(&name));
     let fs = Arc::new(RealFs::open_root(dir)?);
-    let options = WalOptions {
-        retained_bytes_max: 0,
-        segment_bytes: match layout {
+    let options = WalOptions::new(DurabilityPolicy::Barrier)
+        .with_retained_bytes_max(0)
+        .with_segment_bytes(match layout {
             Layout::SingleFile => None,
             Layout::Segments(bytes) => Some(bytes),
-        },
-        ..WalOptions::new(DurabilityPolicy::Barrier)
-    };
+        });
     let wal = Wal::create(fs, &name, options, mode)?;
     let per_writer = records.div_ceil(writers);
     let body = vec![0x5Au8; payload];
@@ -459,10 +457,8 @@ fn segments_table(dir: &Path, args: &BenchArgs, json: Option<&mut std::fs::File>
     let name = "bench-rotation.wal";
     remove_log(&dir.join(name));
     let fs: Arc<dyn stele::vfs::Vfs> = Arc::new(RealFs::open_root(dir)?);
-    let options = WalOptions {
-        retained_bytes_max: 0,
-        ..WalOptions::segmented(DurabilityPolicy::Barrier, ROTATION_SEGMENT_BYTES)
-    };
+    let options = WalOptions::segmented(DurabilityPolicy::Barrier, ROTATION_SEGMENT_BYTES)
+        .with_retained_bytes_max(0);
     let wal = stele::wal::WalWriter::create_segmented(fs, name, options)?;
     let body = vec![0x5Au8; payload];
     let (mut rotating, mut plain) = (Vec::new(), Vec::new());
@@ -954,10 +950,8 @@ fn non_durable_table(dir: &Path, args: &BenchArgs, json: Option<&mut std::fs::Fi
         for (k, mode) in Mode::ALL.into_iter().enumerate() {
             let name = format!("bench-nondurable-{}.wal", mode.name());
             let _ = std::fs::remove_file(dir.join(&name));
-            let options = WalOptions {
-                retained_bytes_max: 0,
-                ..WalOptions::single_file(DurabilityPolicy::Skip)
-            };
+            let options =
+                WalOptions::single_file(DurabilityPolicy::Skip).with_retained_bytes_max(0);
             let wal = Wal::create(fs.clone(), &name, options, mode)?;
             let cpu_started = process_cpu_seconds();
             let started = Instant::now();
@@ -1021,10 +1015,7 @@ fn recovery_table(dir: &Path, _args: &BenchArgs, json: Option<&mut std::fs::File
     let fs = Arc::new(RealFs::open_root(dir)?);
     let name = "bench-recovery.wal";
     let _ = std::fs::remove_file(dir.join(name));
-    let options = WalOptions {
-        retained_bytes_max: 0,
-        ..WalOptions::single_file(DurabilityPolicy::Skip)
-    };
+    let options = WalOptions::single_file(DurabilityPolicy::Skip).with_retained_bytes_max(0);
     let wal = Wal::create(fs.clone(), name, options, Mode::Native)?;
     let body = vec![0x5Au8; PAYLOAD];
     let batch: Vec<(u16, &[u8])> = (0..BATCH).map(|_| (1u16, &body[..])).collect();

@@ -39,7 +39,7 @@ fn time_cold_starts(dir: &Path, mode: Mode, cache: Option<&Path>) -> Result<Vec<
             .arg(&log)
             .arg("first")
             .env(
-                stele_host::code_cache::CACHE_DIR_ENV,
+                crate::common::CODE_CACHE_ENV,
                 cache.map_or("off".into(), |dir| dir.as_os_str().to_owned()),
             );
         let started = Instant::now();
@@ -134,10 +134,7 @@ fn native_loop(
     } else {
         DurabilityPolicy::Skip
     };
-    let options = WalOptions {
-        retained_bytes_max: 0,
-        ..WalOptions::single_file(policy)
-    };
+    let options = WalOptions::single_file(policy).with_retained_bytes_max(0);
     let body = vec![0x5Au8; 128];
     let cpu_started = process_cpu_seconds();
     let started = Instant::now();

@@ -215,11 +215,9 @@ impl Copy {
     /// The writer, created (over a directory that must hold no segments) on first use.
     fn writer(&mut self, first_seq: LogSeq) -> Result<&WalWriter> {
         if self.writer.is_none() {
-            let options = WalOptions {
-                first_seq,
-                retained_bytes_max: 0,
-                ..WalOptions::segmented(DurabilityPolicy::FullSync, self.segment_bytes)
-            };
+            let options = WalOptions::segmented(DurabilityPolicy::FullSync, self.segment_bytes)
+                .with_first_seq(first_seq)
+                .with_retained_bytes_max(0);
             let vfs: Arc<dyn Vfs> = self.vfs.clone();
             self.writer = Some(WalWriter::create_segmented(vfs, &self.name, options)?);
         }
