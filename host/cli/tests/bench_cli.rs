@@ -23,11 +23,8 @@ fn the_components_table_has_every_component_with_its_size() {
         .map(|l| l.trim_matches('|').split('|').map(str::trim).collect())
         .collect();
     let sizes = [
-        ("stele.wasm", env!("STELE_COMPONENT_WASM_EMBEDDED")),
-        (
-            "stele-async.wasm",
-            env!("STELE_COMPONENT_ASYNC_WASM_EMBEDDED"),
-        ),
+        ("stele.wasm", env!("STELE_WASM")),
+        ("stele-async.wasm", env!("STELE_ASYNC_WASM")),
         ("stele-wasi.wasm", env!("STELE_WASI_WASM")),
         ("example-plugin.wasm", env!("STELE_EXAMPLE_PLUGIN_WASM")),
     ];

@@ -27,7 +27,7 @@
 
 wasmtime::component::bindgen!({
     world: "engine",
-    path: "../wit",
+    path: "wit",
     imports: { default: trappable | tracing },
     with: {
         "stele:log/vfs.file": crate::embed::imports::HostFile,
@@ -39,7 +39,7 @@ wasmtime::component::bindgen!({
 pub mod engine_async {
     wasmtime::component::bindgen!({
         world: "engine-async",
-        path: "../wit",
+        path: "wit",
         imports: {
             "stele:log/vfs-async": async | store | trappable | tracing,
             default: trappable | tracing,

@@ -1,8 +1,8 @@
 //! The wasmtime side of sandboxed mode: one [`wasmtime::Engine`] and one compiled
 //! [`Component`] per process, and a fresh [`Store`] per log instance.
 //!
-//! The components (`stele.wasm` and `stele-async.wasm`, built by `build.rs`) are embedded in
-//! this crate. Each is compiled on its first use, or loaded from the on-disk
+//! The components (`stele.wasm` and `stele-async.wasm`, from the `stele-components` crate) are
+//! embedded in this crate. Each is compiled on its first use, or loaded from the on-disk
 //! [`super::code_cache`] that an earlier process filled, and kept for the life of the process;
 //! each instance then costs one `InstancePre::instantiate` (about 17 µs on this machine).
 //!
@@ -25,14 +25,13 @@ use crate::embed::bindings;
 use crate::embed::bindings::engine_async as bindings_async;
 use crate::embed::imports::{SteleCtx, SteleCtxView, SteleView};
 
-/// The plain WASI 0.2 component (world `engine`), as built by `build.rs`: synchronous exports,
-/// for any component-model host.
-pub static COMPONENT_WASM: &[u8] = include_bytes!(env!("STELE_COMPONENT_WASM_EMBEDDED"));
+/// The plain WASI 0.2 component (world `engine`): synchronous exports, for any
+/// component-model host. From the `stele-components` crate.
+pub use stele_components::STELE_WASM as COMPONENT_WASM;
 
-/// The async-ABI component (world `engine-async`), as built by `build.rs`: what
-/// [`crate::Mode::Sandboxed`] runs, so that concurrent durable commits share syncs.
-pub static COMPONENT_ASYNC_WASM: &[u8] =
-    include_bytes!(env!("STELE_COMPONENT_ASYNC_WASM_EMBEDDED"));
+/// The async-ABI component (world `engine-async`): what [`crate::Mode::Sandboxed`] runs, so
+/// that concurrent durable commits share syncs. From the `stele-components` crate.
+pub use stele_components::STELE_ASYNC_WASM as COMPONENT_ASYNC_WASM;
 
 /// Default bound on one instance's linear memory. The engine keeps at most one group (16 MiB
 /// under full sync), its retained records (64 MiB by default) and a replay window (one frame,

@@ -1,0 +1,47 @@
+#!/bin/sh
+# Packages stele-components with the components built from this checkout.
+#
+#   component/prebuilt/package.sh [CARGO-PACKAGE-ARGS...]   build, place in wasm/, cargo package
+#   component/prebuilt/package.sh --check                   build, compare with wasm/, fail on a difference
+#
+# The build is the one every checkout's `cargo build` runs (component/prebuilt/build.rs, from
+# source): a nested `cargo build --target wasm32-wasip2 --release` with the checkout's path and
+# CARGO_HOME remapped, so two checkouts give the same bytes. It must run on the pinned toolchain
+# below, because another rustc gives other bytes. `wasm/` is ignored by git: the bytes travel in
+# the package, never in the history.
+set -eu
+
+PINNED_RUSTC=1.95.0
+COMPONENTS="stele.wasm stele-async.wasm stele-wasi.wasm"
+
+root=$(cd "$(dirname "$0")/../.." && pwd)
+cd "$root"
+
+rustc_version=$(rustc --version | cut -d' ' -f2)
+if [ "$rustc_version" != "$PINNED_RUSTC" ]; then
+    echo "package.sh: rustc is $rustc_version; the components are built with $PINNED_RUSTC" \
+        "(with rustup: RUSTUP_TOOLCHAIN=$PINNED_RUSTC $0 $*)" >&2
+    exit 1
+fi
+
+cargo build --release -p stele-components
+built="$root/target/guest"
+placed="$root/component/prebuilt/wasm"
+
+if [ "${1:-}" = "--check" ]; then
+    status=0
+    for file in $COMPONENTS; do
+        if ! cmp -s "$built/$file" "$placed/$file"; then
+            echo "package.sh --check: $placed/$file differs from a fresh build of this checkout" >&2
+            status=1
+        fi
+    done
+    [ "$status" = 0 ] && echo "package.sh --check: wasm/ holds exactly what this checkout builds"
+    exit "$status"
+fi
+
+mkdir -p "$placed"
+for file in $COMPONENTS; do
+    cp "$built/$file" "$placed/$file"
+done
+cargo package -p stele-components "$@"
