@@ -18,6 +18,7 @@
 pub mod frame;
 pub mod header;
 pub mod journal;
+#[cfg(feature = "push-log")]
 pub mod push_log;
 pub mod recovery;
 pub mod vfs;
@@ -25,3 +26,7 @@ pub mod wal;
 
 #[cfg(target_arch = "wasm32")]
 mod guest;
+
+// The component exports every facet of `wit/world.wit`, the push log's included.
+#[cfg(all(target_arch = "wasm32", not(feature = "push-log")))]
+compile_error!("the wasm32 component exports the push log: build it with feature `push-log`");

@@ -25,14 +25,14 @@
 
 pub mod ops;
 mod replay;
-#[cfg(not(target_arch = "wasm32"))]
+#[cfg(all(feature = "tokio", not(target_arch = "wasm32")))]
 mod tokio_writer;
 mod writer;
 
 pub use crate::vfs::replace::COMPACTING_SUFFIX;
 pub use ops::{JournalOp, JournalOpRef, SessionState, check_frames, encode_frames, snapshot_ops};
 pub use replay::{JournalRecovery, replay, replay_file};
-#[cfg(not(target_arch = "wasm32"))]
+#[cfg(all(feature = "tokio", not(target_arch = "wasm32")))]
 pub use tokio_writer::{BlockingJournal, Writer};
 pub use writer::{APPEND_BYTES_MAX, JournalFile, check_append};
 

@@ -19,7 +19,7 @@ use super::{DurabilityPolicy, LogSeq, WalOpenError, WalOptions, WalWriteError};
 pub use super::group_commit::{VisibleRecord, WalRetirement, WalWriterStats};
 
 mod retention;
-#[cfg(not(target_arch = "wasm32"))]
+#[cfg(all(feature = "tokio", not(target_arch = "wasm32")))]
 mod tasks;
 mod wake;
 
@@ -462,7 +462,7 @@ impl WalWriter {
 
     /// One leader's turn from a caller that holds no lock ([`Self::lead`], then the lock is
     /// let go): the task driver's, wherever it may block.
-    #[cfg(not(target_arch = "wasm32"))]
+    #[cfg(all(feature = "tokio", not(target_arch = "wasm32")))]
     fn lead_turn(&self, leadership: Leadership) {
         drop(self.lead(lock(&self.core), leadership));
     }

@@ -36,7 +36,7 @@ pub(super) enum Sleeper {
     Thread(Thread),
     /// The waker of the task's latest poll; the leader takes it to wake. Native only: the
     /// component drives its own waits (`guest::wal_async`).
-    #[cfg(not(target_arch = "wasm32"))]
+    #[cfg(all(feature = "tokio", not(target_arch = "wasm32")))]
     Task(Mutex<Option<std::task::Waker>>),
 }
 
@@ -65,7 +65,7 @@ impl WakeSlot {
     }
 
     /// A slot for a task of the task driver, woken through the waker its wait stores.
-    #[cfg(not(target_arch = "wasm32"))]
+    #[cfg(all(feature = "tokio", not(target_arch = "wasm32")))]
     pub(super) fn for_task() -> Arc<Self> {
         Arc::new(WakeSlot {
             sleeper: Sleeper::Task(Mutex::new(None)),
@@ -102,7 +102,7 @@ impl WakeSlot {
         self.verdict.store(verdict as u8, Ordering::Release);
         match &self.sleeper {
             Sleeper::Thread(thread) => thread.unpark(),
-            #[cfg(not(target_arch = "wasm32"))]
+            #[cfg(all(feature = "tokio", not(target_arch = "wasm32")))]
             Sleeper::Task(waker) => {
                 if let Some(waker) = lock(waker).take() {
                     waker.wake();
