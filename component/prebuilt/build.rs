@@ -178,10 +178,16 @@ fn build_guest(
     let target_dir = workspace.join("target").join("guest");
     let mut cmd = nested_cargo();
     cmd.current_dir(workspace)
+        // `rustc --crate-type cdylib`, not `build`: the engine's manifest says rlib only, so
+        // that a native build makes no shared library (a cdylib's file carries no feature
+        // hash, so two feature sets of the engine would rebuild over each other).
         .args([
-            "build",
+            "rustc",
             "-p",
             package,
+            "--lib",
+            "--crate-type",
+            "cdylib",
             "--release",
             "--target",
             GUEST_TARGET,

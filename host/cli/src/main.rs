@@ -1,8 +1,8 @@
 //! `stele`: the command-line tool.
 //!
 //! This file only parses and dispatches: each verb group is a module of its own (`wal`,
-//! `journal`, `push_log`, `archive`, `inspect`, `demo`, `soak`, `bench`), and what they share
-//! is in `common` and `progress`, which import no command.
+//! `journal`, `push_log`, `archive`, `inspect`, `demo`, `soak`), and what they share is in
+//! `common` and `progress`, which import no command. `bench` runs the `stele-bench` binary.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -74,11 +74,14 @@ enum Command {
     #[command(subcommand)]
     Archive(archive::ArchiveCommand),
     /// Benchmarks, side by side with the peers and the disk's limit, in one run, as markdown
-    /// tables: durable WAL commits (the limit = raw write + fdatasync; Stele native, sandboxed
-    /// with threads and with tokio tasks, sandboxed-plain; okaywal; SQLite in WAL mode) at each
-    /// writer count and payload size; journal append latency against tokio::fs; push-log
-    /// appends and scans against a raw arrow-ipc stream. Build with --release.
-    Bench(bench::BenchOptions),
+    /// tables: runs the `stele-bench` binary (beside this one, else on PATH) with these
+    /// arguments; `stele bench --help` lists them. Build with --release.
+    #[command(disable_help_flag = true)]
+    Bench {
+        /// Arguments for `stele-bench`.
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<std::ffi::OsString>,
+    },
 }
 
 /// What `stele --help` lists after the commands.
@@ -126,7 +129,12 @@ fn main() -> ExitCode {
         Command::Verify { path, json } => return exit(inspect::verify(&path, json)),
         Command::Demo(args) => demo::demo(args),
         Command::Wal(command) => wal::wal_command(command),
-        Command::Bench(options) => options.run(),
+        Command::Bench { args } => {
+            return bench::bench(args).unwrap_or_else(|err| {
+                eprintln!("stele: {err:#}");
+                ExitCode::FAILURE
+            });
+        }
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

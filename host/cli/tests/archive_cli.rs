@@ -24,7 +24,7 @@ fn soak_archives_and_the_archive_restores_verifies_and_tails_elsewhere_on_a_loca
     soak_then_elsewhere(dir.path(), &url, &store, &[]);
 }
 
-#[cfg(feature = "s3-loopback")]
+#[cfg(feature = "s3")] // the tool's S3 client; the server is a dev-dependency
 #[test]
 fn soak_archives_and_the_archive_restores_verifies_and_tails_elsewhere_on_s3() {
     let dir = tempfile::tempdir().unwrap();

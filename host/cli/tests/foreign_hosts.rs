@@ -33,7 +33,7 @@ use bindings::exports::stele::log::wal::{
     DurabilityPolicy as WitPolicy, RecoveryEnd, WalError as WitWalError, WalOptions,
 };
 
-const STELE_WASI_WASM: &str = env!("STELE_WASI_WASM");
+use stele_components::STELE_WASI_WASM;
 
 /// The records every foreign host writes: payloads of several sizes, so a record spans more
 /// than one length class.
@@ -135,7 +135,7 @@ fn wit_options() -> WalOptions {
 #[test]
 fn the_composed_component_imports_only_wasi() {
     let engine = Engine::default();
-    let component = Component::from_file(&engine, STELE_WASI_WASM).unwrap();
+    let component = Component::new(&engine, STELE_WASI_WASM).unwrap();
     let ty = component.component_type();
     let imports: Vec<String> = ty
         .imports(&engine)
@@ -176,7 +176,7 @@ fn wasmtime_wasi_alone_appends_and_recovers() {
     let mut config = Config::new();
     config.wasm_component_model(true);
     let engine = Engine::new(&config).unwrap();
-    let component = Component::from_file(&engine, STELE_WASI_WASM).unwrap();
+    let component = Component::new(&engine, STELE_WASI_WASM).unwrap();
 
     let (mut store, instance) = instantiate(&engine, &component, dir.path());
     let wal = instance.stele_log_wal().writer();
@@ -252,7 +252,7 @@ fn wasmtime_wasi_alone_runs_segments_and_the_journal() {
     const ABSORBED: u64 = 200;
     let dir = tempfile::tempdir().unwrap();
     let engine = Engine::default();
-    let component = Component::from_file(&engine, STELE_WASI_WASM).unwrap();
+    let component = Component::new(&engine, STELE_WASI_WASM).unwrap();
     let (mut store, instance) = instantiate(&engine, &component, dir.path());
 
     // A segmented WAL exercises the rest of the adapter: create-dir, list-dir, set-len (the
@@ -435,9 +435,11 @@ fn node_through_jco_appends_and_reads_back() {
     }
     // One output folder per test process: a rebuilt component is transpiled anew.
     let out = tools.join(format!("stele-wasi.{}", std::process::id()));
+    let component = tools.join(format!("stele-wasi.{}.wasm", std::process::id()));
+    std::fs::write(&component, STELE_WASI_WASM).unwrap();
     run(Command::new(tools.join("node_modules/.bin/jco"))
         .arg("transpile")
-        .arg(STELE_WASI_WASM)
+        .arg(&component)
         .args(["--name", "stele-wasi", "--quiet", "-o"])
         .arg(&out));
     // The runner sits beside node_modules, so it and the transpiled module share one
@@ -454,6 +456,7 @@ fn node_through_jco_appends_and_reads_back() {
         .output()
         .unwrap();
     let _ = std::fs::remove_dir_all(&out);
+    let _ = std::fs::remove_file(&component);
     let stdout = String::from_utf8_lossy(&output.stdout);
     assert!(
         output.status.success(),

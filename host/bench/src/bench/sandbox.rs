@@ -1,7 +1,7 @@
 //! `stele bench --workloads cold-start,plugin`: what running sandboxed costs beyond the
 //! commit itself.
-//! - **Cold start**: a new `stele` process, exec to exit, whose one job is one durable commit
-//!   to a new log, in every mode, with the compiled-code cache warm, and with it off (the
+//! - **Cold start**: a new process (this binary's hidden `cold-start-append`), exec to exit,
+//!   whose one job is one durable commit to a new log, in every mode, with the compiled-code cache warm, and with it off (the
 //!   process compiles its component first).
 //! - **The composed plugin path**: a plugin component (the example plugin, composed with
 //!   `stele.wasm` by `wac plug`) commits through `stele:log/wal` in its own loop, one call per
@@ -26,20 +26,20 @@ const COLD_STARTS: usize = 7;
 /// Rounds of the plugin table, systems alternated within each; the table gives medians.
 const PLUGIN_ROUNDS: usize = 3;
 
-/// One row: `stele wal append --mode M` of one record to a new single-file log, exec to exit.
+/// One row: `stele-bench cold-start-append M LOG` (what `stele wal append --single-file --mode
+/// M LOG first` does: one record to a new single-file log), exec to exit.
 /// `cache`: the code-cache directory to run with, or `None` for `STELE_CODE_CACHE=off`.
 fn time_cold_starts(dir: &Path, mode: Mode, cache: Option<&Path>) -> Result<Vec<f64>> {
-    let exe = std::env::current_exe().context("this stele binary's path")?;
+    let exe = std::env::current_exe().context("this stele-bench binary's path")?;
     let log = dir.join(format!("bench-cold-start-{}.wal", mode.name()));
     let run = || -> Result<f64> {
         let _ = std::fs::remove_file(&log);
         let mut command = Command::new(&exe);
         command
-            .args(["wal", "append", "--single-file", "--mode", mode.name()])
+            .args(["cold-start-append", mode.name()])
             .arg(&log)
-            .arg("first")
             .env(
-                crate::common::CODE_CACHE_ENV,
+                crate::CODE_CACHE_ENV,
                 cache.map_or("off".into(), |dir| dir.as_os_str().to_owned()),
             );
         let started = Instant::now();
@@ -47,7 +47,7 @@ fn time_cold_starts(dir: &Path, mode: Mode, cache: Option<&Path>) -> Result<Vec<
         let ms = started.elapsed().as_secs_f64() * 1e3;
         anyhow::ensure!(
             output.status.success() && output.stdout.starts_with(b"appended 1 records"),
-            "stele wal append --mode {}: {}, stdout {:?}, stderr {}",
+            "stele-bench cold-start-append {}: {}, stdout {:?}, stderr {}",
             mode.name(),
             output.status,
             String::from_utf8_lossy(&output.stdout),
@@ -86,8 +86,9 @@ pub(crate) fn cold_start_table(dir: &Path) -> Result<()> {
     let _ = std::fs::remove_dir_all(&cache);
     let native = percentile(&rows[0].2, 0.5);
     println!(
-        "\nCold start: a new `stele wal append --single-file --mode M LOG first` process, exec \
-         to exit, the record durable (fsync) before exit; median and slowest of {COLD_STARTS} \
+        "\nCold start: a new process that opens a new single-file log in mode M and commits one \
+         record (what `stele wal append --single-file --mode M LOG first` does), exec to exit, \
+         the record durable (fsync) before exit; median and slowest of {COLD_STARTS} \
          processes after one untimed.\n"
     );
     println!("| mode | compiled code | p50 ms | max ms | p50 − native ms |");

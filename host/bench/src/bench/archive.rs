@@ -2,8 +2,7 @@
 //! writer alone and the disk's limit (raw write + fdatasync, [`super::common::limit`]).
 //!
 //! Stores measured: a local directory (`file://`, on the bench's own disk), `object_store`'s
-//! `InMemory` (no store cost: what the archiver itself costs) and, with the `s3-loopback`
-//! feature (on by default), a real S3 server on loopback (`stele_archive::loopback_s3`: s3s-fs
+//! `InMemory` (no store cost: what the archiver itself costs) and a real S3 server on loopback (`stele_archive::loopback_s3`: s3s-fs
 //! in this process, its objects on the bench's disk, every request signed and sent over TCP
 //! through object_store's S3 client). Each figure is the median of [`ROUNDS`] rounds.
 
@@ -25,10 +24,7 @@ use stele_host::{Mode, Wal};
 use super::common::{BenchArgs, percentile, progress};
 
 /// The stores measured, in the table's order.
-#[cfg(feature = "s3-loopback")]
 const STORES: [&str; 3] = ["file", "memory", "s3"];
-#[cfg(not(feature = "s3-loopback"))]
-const STORES: [&str; 2] = ["file", "memory"];
 
 /// Rounds per store; the table gives medians.
 const ROUNDS: usize = 3;
@@ -104,10 +100,7 @@ fn options() -> WalOptions {
 }
 
 /// The loopback S3 server a round of the `s3` store runs.
-#[cfg(feature = "s3-loopback")]
 type Server = stele_archive::loopback_s3::LoopbackS3;
-#[cfg(not(feature = "s3-loopback"))]
-type Server = std::convert::Infallible;
 
 /// `store`'s archive location, its objects (if it keeps them on disk) under `store_dir`.
 fn open_store(store: &str, store_dir: &Path) -> Result<(ArchiveLocation, Option<Server>)> {
@@ -116,7 +109,6 @@ fn open_store(store: &str, store_dir: &Path) -> Result<(ArchiveLocation, Option<
             ArchiveLocation::open(&format!("file://{}", store_dir.display()))?,
             None,
         ),
-        #[cfg(feature = "s3-loopback")]
         "s3" => {
             let server = Server::start(store_dir)?;
             (server.location("stele-bench", "bench")?, Some(server))

@@ -1,6 +1,6 @@
-//! Passes the components `stele-components`' build script made (its `links` metadata) to this
-//! crate's code and tests: the bench embeds the WASI build and the composed example plugin,
-//! and the suites run them.
+//! Passes the components `stele-components` made (its `links` metadata) to the bench and its
+//! test: the bench embeds the WASI build and the composed example plugin, and the test checks
+//! the sizes the components table prints.
 
 fn main() {
     for name in [

@@ -1,0 +1,107 @@
+//! `stele-bench`: Stele side by side with its peers and the disk's limit, in one run.
+//!
+//! A binary of its own so that the `stele` tool compiles none of what only measuring needs: the
+//! peers (okaywal, a bundled SQLite), the S3 server on loopback, `stele-host`'s test tools.
+//! `stele bench ARGS` runs this binary when it sits beside `stele` or on `PATH`.
+//!
+//! This file parses and starts the runtime; the tables are in `bench/`, which imports nothing
+//! from here but [`CODE_CACHE_ENV`].
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use anyhow::{Context, Result};
+use clap::{Parser, Subcommand};
+use stele_host::Mode;
+
+mod bench;
+
+/// Stele's benchmarks: durable WAL commits, journal appends, push-log pushes and scans,
+/// recovery, the components, cold starts, the composed plugin and the archive, each beside its
+/// peers and the disk's limit (raw write + fdatasync), as markdown tables. Build with
+/// --release.
+#[derive(Parser)]
+#[command(name = "stele-bench", version, args_conflicts_with_subcommands = true)]
+struct Cli {
+    #[command(flatten)]
+    options: bench::BenchOptions,
+    #[command(subcommand)]
+    probe: Option<Probe>,
+}
+
+/// What the bench runs in a child process of its own.
+#[derive(Subcommand)]
+enum Probe {
+    /// One cold start, timed by the cold-start table from outside: open a new single-file log
+    /// at LOG in MODE and commit one record durably (what `stele wal append --single-file
+    /// --mode MODE LOG first` does), then exit.
+    #[command(hide = true)]
+    ColdStartAppend {
+        #[arg(value_parser = parse_mode)]
+        mode: Mode,
+        log: PathBuf,
+    },
+}
+
+/// Where the bench keeps compiled component code between runs, as the `stele` tool does: a
+/// directory, or `off`. Unset: `$XDG_CACHE_HOME/stele`, else `$HOME/.cache/stele`, else off.
+/// The cold-start table sets it for each child to time the cache warm and off.
+pub(crate) const CODE_CACHE_ENV: &str = "STELE_CODE_CACHE";
+
+fn code_cache_dir() -> Option<PathBuf> {
+    match std::env::var_os(CODE_CACHE_ENV) {
+        Some(dir) if dir == "off" => None,
+        Some(dir) if !dir.is_empty() => Some(PathBuf::from(dir)),
+        _ => std::env::var_os("XDG_CACHE_HOME")
+            .filter(|dir| !dir.is_empty())
+            .map(PathBuf::from)
+            .or_else(|| {
+                std::env::var_os("HOME")
+                    .filter(|dir| !dir.is_empty())
+                    .map(|home| PathBuf::from(home).join(".cache"))
+            })
+            .map(|dir| dir.join("stele")),
+    }
+}
+
+fn parse_mode(name: &str) -> Result<Mode, String> {
+    [Mode::Native, Mode::Sandboxed, Mode::SandboxedPlain]
+        .into_iter()
+        .find(|mode| mode.name() == name)
+        .ok_or_else(|| format!("{name:?}: expected native, sandboxed or sandboxed-plain"))
+}
+
+/// The cold-start probe: what a short-lived process that keeps one record pays, start to end.
+fn cold_start_append(mode: Mode, log: &Path) -> Result<()> {
+    use stele::wal::{DurabilityPolicy, WalOptions};
+    let root = log.parent().context("the log's directory")?;
+    let name = log
+        .file_name()
+        .and_then(|name| name.to_str())
+        .context("the log's file name")?;
+    let fs = std::sync::Arc::new(stele_host::fs::RealFs::open_root(root)?);
+    let options = WalOptions::single_file(DurabilityPolicy::FullSync);
+    let (wal, _) = stele_host::Wal::open(fs, name, options, mode)?;
+    let seq = wal.commit_durable(1, b"first")?;
+    println!("appended 1 records, seq {} (durable)", seq.0);
+    Ok(())
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = stele_host::runtime::Runtime::init(
+        stele_host::runtime::RuntimeOptions::default().with_code_cache_dir(code_cache_dir()),
+    )
+    .context("starting the sandbox runtime")
+    .and_then(|_| match cli.probe {
+        Some(Probe::ColdStartAppend { mode, log }) => cold_start_append(mode, &log),
+        None => cli.options.run(),
+    });
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(err) => {
+            eprintln!("stele-bench: {err:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
