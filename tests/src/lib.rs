@@ -3,6 +3,7 @@
 
 pub mod alloc;
 pub mod crash;
+pub mod nested_cargo;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};

@@ -10,35 +10,23 @@
 //! package's own resolution, a feature set the workspace's build also has.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::process::Command;
+use stele_tests::nested_cargo::{cargo, stdout_of};
 
 /// `cargo tree ARGS -f '{p} {f}'`: each package line as (name and version, features).
 fn tree(args: &[&str]) -> Vec<(String, String)> {
-    let mut command = Command::new(env!("CARGO"));
-    command.current_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/.."));
-    for var in ["CARGO_TARGET_DIR", "CARGO_BUILD_TARGET", "RUSTFLAGS"] {
-        command.env_remove(var);
-    }
-    let output = command
-        .args(["tree", "--prefix", "none", "-f", "{p}|{f}"])
-        .args(args)
-        .output()
-        .unwrap();
-    assert!(
-        output.status.success(),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    String::from_utf8(output.stdout)
-        .unwrap()
-        .lines()
-        .filter_map(|line| {
-            let (package, features) = line.trim_end_matches(" (*)").split_once('|')?;
-            // Path packages carry their directory: keep the name and version.
-            let package = package.split(" (").next().unwrap().to_string();
-            Some((package, features.to_string()))
-        })
-        .collect()
+    stdout_of(
+        cargo()
+            .args(["tree", "--prefix", "none", "-f", "{p}|{f}"])
+            .args(args),
+    )
+    .lines()
+    .filter_map(|line| {
+        let (package, features) = line.trim_end_matches(" (*)").split_once('|')?;
+        // Path packages carry their directory: keep the name and version.
+        let package = package.split(" (").next().unwrap().to_string();
+        Some((package, features.to_string()))
+    })
+    .collect()
 }
 
 #[test]

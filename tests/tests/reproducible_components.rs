@@ -7,6 +7,8 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+use stele_tests::nested_cargo::without_outer_build;
+
 fn workspace() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .parent()
@@ -55,18 +57,7 @@ fn package_sh(checkout: &Path, args: &[&str]) -> std::process::Output {
         .arg(checkout.join("component/prebuilt/package.sh"))
         .args(args)
         .current_dir(checkout);
-    for var in [
-        "CARGO_TARGET_DIR",
-        "CARGO_BUILD_TARGET",
-        "RUSTFLAGS",
-        "CARGO_ENCODED_RUSTFLAGS",
-        "CARGO_BUILD_RUSTFLAGS",
-        "RUSTC_WORKSPACE_WRAPPER",
-        "CARGO_PRIMARY_PACKAGE",
-    ] {
-        command.env_remove(var);
-    }
-    command.output().expect("sh runs")
+    without_outer_build(command).output().expect("sh runs")
 }
 
 #[test]

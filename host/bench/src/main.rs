@@ -43,26 +43,11 @@ enum Probe {
     },
 }
 
-/// Where the bench keeps compiled component code between runs, as the `stele` tool does: a
-/// directory, or `off`. Unset: `$XDG_CACHE_HOME/stele`, else `$HOME/.cache/stele`, else off.
-/// The cold-start table sets it for each child to time the cache warm and off.
-pub(crate) const CODE_CACHE_ENV: &str = "STELE_CODE_CACHE";
-
-fn code_cache_dir() -> Option<PathBuf> {
-    match std::env::var_os(CODE_CACHE_ENV) {
-        Some(dir) if dir == "off" => None,
-        Some(dir) if !dir.is_empty() => Some(PathBuf::from(dir)),
-        _ => std::env::var_os("XDG_CACHE_HOME")
-            .filter(|dir| !dir.is_empty())
-            .map(PathBuf::from)
-            .or_else(|| {
-                std::env::var_os("HOME")
-                    .filter(|dir| !dir.is_empty())
-                    .map(|home| PathBuf::from(home).join(".cache"))
-            })
-            .map(|dir| dir.join("stele")),
-    }
-}
+// The same reading of `STELE_CODE_CACHE`, `XDG_CACHE_HOME` and `HOME` as the `stele` tool's.
+// The cold-start table sets `STELE_CODE_CACHE` for each child to time the cache warm and off.
+#[path = "../../cli/src/code_cache_env.rs"]
+mod code_cache_env;
+pub(crate) use code_cache_env::CODE_CACHE_ENV;
 
 fn parse_mode(name: &str) -> Result<Mode, String> {
     [Mode::Native, Mode::Sandboxed, Mode::SandboxedPlain]
@@ -90,7 +75,8 @@ fn cold_start_append(mode: Mode, log: &Path) -> Result<()> {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = stele_host::runtime::Runtime::init(
-        stele_host::runtime::RuntimeOptions::default().with_code_cache_dir(code_cache_dir()),
+        stele_host::runtime::RuntimeOptions::default()
+            .with_code_cache_dir(code_cache_env::code_cache_dir()),
     )
     .context("starting the sandbox runtime")
     .and_then(|_| match cli.probe {

@@ -3,7 +3,7 @@
 //! bundled SQLite, an S3 server); this verb keeps `stele bench` the one name to remember.
 
 use std::ffi::OsString;
-use std::path::PathBuf;
+use std::path::Path;
 use std::process::{Command, ExitCode};
 
 use anyhow::{Result, bail};
@@ -19,10 +19,8 @@ pub(crate) fn bench(args: Vec<OsString>) -> Result<ExitCode> {
         .ok()
         .map(|exe| exe.with_file_name(BENCH_BINARY))
         .filter(|path| path.is_file());
-    let program = beside
-        .clone()
-        .unwrap_or_else(|| PathBuf::from(BENCH_BINARY));
-    let mut command = Command::new(&program);
+    let program = beside.as_deref().unwrap_or(Path::new(BENCH_BINARY));
+    let mut command = Command::new(program);
     command.args(args);
     #[cfg(unix)]
     let error = {

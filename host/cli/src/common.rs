@@ -115,39 +115,17 @@ pub(crate) fn demo_payload(thread: usize, index: usize, len: usize) -> Vec<u8> {
     p
 }
 
-/// Where the CLI keeps compiled component code between runs: a directory, or `off` to compile
-/// in every process. Unset: `$XDG_CACHE_HOME/stele`, else `$HOME/.cache/stele`, else off. The
-/// library keeps no cache unless told; the CLI turns it on, so that a sandboxed command's first
-/// call loads machine code instead of compiling for seconds.
-pub(crate) const CODE_CACHE_ENV: &str = "STELE_CODE_CACHE";
-
 /// Set to `perfmap` to have the engine write `/tmp/perf-<pid>.map`, so that `perf report`
 /// names the guest's functions (the profile in `docs/BENCHMARKS.md` was taken so).
 pub(crate) const WASM_PROFILER_ENV: &str = "STELE_WASM_PROFILER";
-
-/// The code-cache directory [`CODE_CACHE_ENV`] and the XDG conventions choose, or `None`.
-fn code_cache_dir() -> Option<PathBuf> {
-    match std::env::var_os(CODE_CACHE_ENV) {
-        Some(dir) if dir == "off" => None,
-        Some(dir) if !dir.is_empty() => Some(PathBuf::from(dir)),
-        _ => std::env::var_os("XDG_CACHE_HOME")
-            .filter(|dir| !dir.is_empty())
-            .map(PathBuf::from)
-            .or_else(|| {
-                std::env::var_os("HOME")
-                    .filter(|dir| !dir.is_empty())
-                    .map(|home| PathBuf::from(home).join(".cache"))
-            })
-            .map(|dir| dir.join("stele")),
-    }
-}
 
 /// Makes the process's sandbox runtime as the CLI's environment asks: the code cache on, and a
 /// perf map when [`WASM_PROFILER_ENV`] says so. Compiles nothing yet (unless profiling): a
 /// command that never runs sandboxed never compiles a component.
 pub(crate) fn init_runtime() -> Result<()> {
     use stele_host::runtime::{Runtime, RuntimeOptions};
-    let mut options = RuntimeOptions::default().with_code_cache_dir(code_cache_dir());
+    let mut options =
+        RuntimeOptions::default().with_code_cache_dir(crate::code_cache_env::code_cache_dir());
     if std::env::var_os(WASM_PROFILER_ENV).is_some_and(|v| v == "perfmap") {
         let mut config = Runtime::default_config();
         config.profiler(stele_host::wasmtime::ProfilingStrategy::PerfMap);

@@ -11,6 +11,7 @@ use clap::{Parser, Subcommand};
 
 mod archive;
 mod bench;
+mod code_cache_env;
 mod common;
 mod demo;
 mod inspect;
