@@ -1,8 +1,13 @@
 #!/bin/sh
-# Packages stele-components with the components built from this checkout.
+# Packages Stele's library crates (stele, stele-components, stele-host, stele-archive), with the
+# components built from this checkout inside stele-components.
 #
 #   component/prebuilt/package.sh [CARGO-PACKAGE-ARGS...]   build, place in wasm/, cargo package
 #   component/prebuilt/package.sh --check                   build, compare with wasm/, fail on a difference
+#
+# `cargo package` verifies each package by building it from its unpacked files (target/package/),
+# the workspace's crates resolved from one another's packages before any is published; pass
+# --no-verify to skip that build. The packages are in target/package/*.crate.
 #
 # The build is the one every checkout's `cargo build` runs (component/prebuilt/build.rs, from
 # source): a nested `cargo build --target wasm32-wasip2 --release` with the checkout's path and
@@ -44,4 +49,4 @@ mkdir -p "$placed"
 for file in $COMPONENTS; do
     cp "$built/$file" "$placed/$file"
 done
-cargo package -p stele-components "$@"
+cargo package -p stele -p stele-components -p stele-host -p stele-archive "$@"
