@@ -49,4 +49,14 @@ mkdir -p "$placed"
 for file in $COMPONENTS; do
     cp "$built/$file" "$placed/$file"
 done
-cargo package -p stele -p stele-components -p stele-host -p stele-archive "$@"
+# cargo refuses the placed components as uncommitted changes (they are ignored by git on
+# purpose), so it is told to allow them; every other file must be committed, as cargo would ask.
+if [ "$(git -C "$root" rev-parse --show-toplevel 2>/dev/null)" = "$root" ]; then
+    dirty=$(git -C "$root" status --porcelain)
+    if [ -n "$dirty" ]; then
+        echo "package.sh: commit these first (the packages are made from what git holds):" >&2
+        echo "$dirty" >&2
+        exit 1
+    fi
+fi
+cargo package --allow-dirty -p stele -p stele-components -p stele-host -p stele-archive "$@"
