@@ -41,7 +41,7 @@
 //! });
 //! let engine_bytes = stele_host::runtime::COMPONENT_WASM;
 //! let component = stele_host::wasmtime::component::Component::new(&engine, engine_bytes)?;
-//! let stele = stele_host::bindings::Engine::instantiate(&mut store, &component, &linker)?;
+//! let stele = stele_host::bindings::SteleEngine::instantiate(&mut store, &component, &linker)?;
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 //!

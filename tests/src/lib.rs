@@ -5,6 +5,12 @@ pub mod alloc;
 pub mod crash;
 pub mod nested_cargo;
 
+/// `docs/EMBEDDING.md`, whose every Rust block runs as a doctest of this crate: the guide
+/// cannot drift from the API it teaches. Only doctests see it.
+#[cfg(doctest)]
+#[doc = include_str!("../../docs/EMBEDDING.md")]
+pub mod embedding_guide {}
+
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 

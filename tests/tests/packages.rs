@@ -152,7 +152,7 @@ fn a_package_built_at_another_path_carries_this_workspaces_bytes() {
     }
 
     // The check passes on what was placed, and refuses it once one byte changes.
-    let checked = package_sh(&checkout, &["--check"]);
+    let checked = package_sh(checkout, &["--check"]);
     assert!(
         checked.status.success(),
         "{}",
@@ -163,7 +163,7 @@ fn a_package_built_at_another_path_carries_this_workspaces_bytes() {
     let middle = bytes.len() / 2;
     bytes[middle] ^= 0x01;
     std::fs::write(&placed, &bytes).unwrap();
-    let checked = package_sh(&checkout, &["--check"]);
+    let checked = package_sh(checkout, &["--check"]);
     let stderr = String::from_utf8_lossy(&checked.stderr);
     assert_eq!(checked.status.code(), Some(1), "{stderr}");
     assert!(

@@ -12,8 +12,10 @@
 //! });
 //! ```
 //!
-//! - At the top: world `engine` (`stele.wasm`): [`Engine`], [`EnginePre`], and the interfaces
-//!   under [`stele::log`]. Its imports (`vfs`) are plain functions.
+//! - At the top: world `engine` (`stele.wasm`): [`SteleEngine`], [`SteleEnginePre`], and the
+//!   interfaces under [`stele::log`]. Its imports (`vfs`) are plain functions. `bindgen!` names
+//!   the world's types `Engine` and `EnginePre`; they are re-exported with a `Stele` prefix,
+//!   so that they do not clash with `wasmtime::Engine` in an embedder's code.
 //! - [`engine_async`]: world `engine-async` (`stele-async.wasm`), whose exports are called
 //!   with `call_async` or inside `run_concurrent`, and whose `vfs-async` imports suspend.
 //!
@@ -25,15 +27,26 @@
 
 #![allow(missing_docs)] // generated; the WIT's own doc comments come through
 
-wasmtime::component::bindgen!({
-    world: "engine",
-    path: "wit",
-    imports: { default: trappable | tracing },
-    with: {
-        "stele:log/vfs.file": crate::embed::imports::HostFile,
-        "stele:log/vfs.file-lock": crate::embed::imports::HostLock,
-    },
-});
+mod generated {
+    wasmtime::component::bindgen!({
+        world: "engine",
+        path: "wit",
+        imports: { default: trappable | tracing },
+        with: {
+            "stele:log/vfs.file": crate::embed::imports::HostFile,
+            "stele:log/vfs.file-lock": crate::embed::imports::HostLock,
+        },
+    });
+}
+
+/// World `engine` (`stele.wasm`): instantiate it, then call its exports (`stele_log_wal()`,
+/// `stele_log_journal()`, `stele_log_push_log()`).
+pub use generated::Engine as SteleEngine;
+/// The indices of world `engine`'s exports, looked up once per component.
+pub use generated::EngineIndices as SteleEngineIndices;
+/// World `engine`, pre-instantiated: [`SteleEngine`] without the linking, per store.
+pub use generated::EnginePre as SteleEnginePre;
+pub use generated::{exports, stele};
 
 /// World `engine-async`: `stele-async.wasm`.
 pub mod engine_async {

@@ -103,9 +103,11 @@ impl PlainJournal {
             ResourceAny,
         ) -> wasmtime::Result<Result<R, wit::JournalError>>,
     ) -> Result<R, JournalError> {
-        let answer = self.0.call(|store, engine: &bindings::Engine, writer| {
-            call(store, &engine.stele_log_journal().writer(), writer)
-        })?;
+        let answer = self
+            .0
+            .call(|store, engine: &bindings::SteleEngine, writer| {
+                call(store, &engine.stele_log_journal().writer(), writer)
+            })?;
         Ok(answer.map_err(from_wit_journal_error)?)
     }
 }

@@ -54,8 +54,9 @@ impl PlainPushLog {
             ResourceAny,
         ) -> wasmtime::Result<Result<R, wit::PushLogError>>,
     ) -> Result<R, PushLogCallError> {
-        let result = lock(&self.0)
-            .call(|st, e: &bindings::Engine, log| call(st, &e.stele_log_push_log().log(), log))?;
+        let result = lock(&self.0).call(|st, e: &bindings::SteleEngine, log| {
+            call(st, &e.stele_log_push_log().log(), log)
+        })?;
         result.map_err(from_wit_push_log_error)
     }
 
@@ -68,7 +69,7 @@ impl PlainPushLog {
         ) -> wasmtime::Result<Result<R, wit::PushLogError>>,
     ) -> Result<R, PushLogCallError> {
         let result = lock(&self.0)
-            .call(|st, e: &bindings::Engine, _| call(st, &e.stele_log_push_log().scan()))?;
+            .call(|st, e: &bindings::SteleEngine, _| call(st, &e.stele_log_push_log().scan()))?;
         result.map_err(from_wit_push_log_error)
     }
 }

@@ -15,7 +15,7 @@ pub(crate) struct PlainInstance {
     store: Store<GuestState>,
     /// Boxed: the generated bindings are large, and the enums holding an instance have small
     /// native variants.
-    bindings: Box<bindings::Engine>,
+    bindings: Box<bindings::SteleEngine>,
     resource: wasmtime::component::ResourceAny,
     trapped: StickyFailure,
 }
@@ -31,7 +31,7 @@ impl std::fmt::Debug for PlainInstance {
 impl PlainInstance {
     pub(crate) fn new(
         store: Store<GuestState>,
-        bindings: bindings::Engine,
+        bindings: bindings::SteleEngine,
         resource: wasmtime::component::ResourceAny,
     ) -> PlainInstance {
         PlainInstance {
@@ -47,7 +47,7 @@ impl PlainInstance {
         &mut self,
         call: impl FnOnce(
             &mut Store<GuestState>,
-            &bindings::Engine,
+            &bindings::SteleEngine,
             wasmtime::component::ResourceAny,
         ) -> wasmtime::Result<Result<R, E>>,
     ) -> Result<Result<R, E>, SandboxError> {

@@ -238,7 +238,7 @@ impl WasiView for GuestState {
 pub struct Runtime {
     engine: Engine,
     code_cache_dir: Option<PathBuf>,
-    pre: OnceLock<Result<bindings::EnginePre<GuestState>, String>>,
+    pre: OnceLock<Result<bindings::SteleEnginePre<GuestState>, String>>,
     pre_async: OnceLock<Result<bindings_async::EngineAsyncPre<GuestState>, String>>,
 }
 
@@ -386,13 +386,13 @@ impl Runtime {
 
     /// The plain build, linked through the public [`crate::add_to_linker_sync`], the path an
     /// embedder takes.
-    fn pre(&self) -> Result<&bindings::EnginePre<GuestState>, SandboxError> {
+    fn pre(&self) -> Result<&bindings::SteleEnginePre<GuestState>, SandboxError> {
         loaded(&self.pre, || {
             let component = self.component("stele", COMPONENT_WASM)?;
             let mut linker = Linker::<GuestState>::new(&self.engine);
             wasmtime_wasi::p2::add_to_linker_sync(&mut linker)?;
             crate::add_to_linker_sync(&mut linker)?;
-            bindings::EnginePre::new(linker.instantiate_pre(&component)?)
+            bindings::SteleEnginePre::new(linker.instantiate_pre(&component)?)
         })
     }
 
@@ -504,7 +504,7 @@ impl Runtime {
         &self,
         vfs: Arc<dyn Vfs>,
         limits: SandboxLimits,
-    ) -> Result<(Store<GuestState>, bindings::Engine), SandboxError> {
+    ) -> Result<(Store<GuestState>, bindings::SteleEngine), SandboxError> {
         let mut store = self.new_store(vfs, limits, None);
         let bindings = self
             .pre()?

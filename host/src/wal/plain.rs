@@ -68,7 +68,7 @@ impl PlainWal {
             ResourceAny,
         ) -> wasmtime::Result<Result<R, wit::WalError>>,
     ) -> Result<R, WalError> {
-        let result = lock(&self.0).call(|store, bindings: &bindings::Engine, writer| {
+        let result = lock(&self.0).call(|store, bindings: &bindings::SteleEngine, writer| {
             call(store, &bindings.stele_log_wal().writer(), writer)
         })?;
         result.map_err(from_wit_error)

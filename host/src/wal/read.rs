@@ -36,7 +36,7 @@ enum ScanInner {
 /// own: nothing else runs on it, so no trap rule is needed beyond returning the trap.
 struct GuestReadHandle {
     store: Store<GuestState>,
-    bindings: bindings::Engine,
+    bindings: bindings::SteleEngine,
     resource: ResourceAny,
 }
 
@@ -46,7 +46,7 @@ impl GuestReadHandle {
         vfs: Arc<dyn Vfs>,
         open: impl FnOnce(
             &mut Store<GuestState>,
-            &bindings::Engine,
+            &bindings::SteleEngine,
         ) -> wasmtime::Result<Result<ResourceAny, wit::WalError>>,
     ) -> Result<Box<GuestReadHandle>, WalError> {
         let (mut store, bindings) = Runtime::get()?.instantiate(vfs, SandboxLimits::default())?;
