@@ -16,7 +16,7 @@ macro_rules! vfs_error_wit_conversions {
             use $crate::vfs::VfsError;
             type Wit = $wit;
             // `VfsError` is `#[non_exhaustive]`: outside the engine's crate a variant added
-            // later still crosses, as `io` with its message, until the WIT names it.
+            // later still crosses, as `other` with its message, until the WIT names it.
             #[allow(unreachable_patterns)]
             match err {
                 VfsError::NotFound => Wit::NotFound,
@@ -28,7 +28,7 @@ macro_rules! vfs_error_wit_conversions {
                 VfsError::InvalidInput(m) => Wit::InvalidInput(m),
                 VfsError::Io(m) => Wit::Io(m),
                 VfsError::Locked(p) => Wit::Locked(p),
-                other => Wit::Io(other.to_string()),
+                other => Wit::Other(other.to_string()),
             }
         }
 
@@ -46,6 +46,9 @@ macro_rules! vfs_error_wit_conversions {
                 Wit::InvalidInput(m) => VfsError::InvalidInput(m),
                 Wit::Io(m) => VfsError::Io(m),
                 Wit::Locked(p) => VfsError::Locked(p),
+                // A condition a later version of the contract added: a failure of this call,
+                // with the peer's message, which is what `Io` carries.
+                Wit::Other(m) => VfsError::Io(m),
             }
         }
     };

@@ -10,9 +10,11 @@ macro_rules! journal_conversions {
 
         use crate::embed::imports::from_wit;
 
-        pub(crate) fn from_wit_journal_error(err: wit::JournalError) -> JournalError {
+        pub(crate) fn from_wit_journal_error(
+            err: wit::JournalError,
+        ) -> crate::journal::JournalError {
             use wit::JournalError as E;
-            match err {
+            let engine_error = match err {
                 E::Vfs(e) => JournalError::Vfs(from_wit(e)),
                 E::BadHeader(h) => JournalError::BadHeader($header(h)),
                 E::Corrupt(c) => JournalError::Corrupt {
@@ -43,7 +45,11 @@ macro_rules! journal_conversions {
                     cause: from_wit(cause),
                 },
                 E::NoHandle(why) => JournalError::NoHandle { why },
-            }
+                E::Other(message) => {
+                    return crate::sandbox::SandboxError::EngineOther(message).into();
+                }
+            };
+            engine_error.into()
         }
 
         pub(crate) fn from_wit_journal_recovery(r: wit::JournalRecovery) -> JournalRecovery {
@@ -96,4 +102,25 @@ pub(crate) mod with_async {
         crate::embed::bindings::engine_async::exports::stele::log::journal,
         crate::embed::convert::with_async::from_wit_header
     );
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::journal::JournalError;
+    use crate::sandbox::SandboxError;
+
+    #[test]
+    fn an_engine_failure_with_no_case_of_its_own_comes_back_typed_with_its_message() {
+        use crate::embed::bindings::engine_async::exports::stele::log::journal::JournalError as AsyncWit;
+        use crate::embed::bindings::exports::stele::log::journal::JournalError as PlainWit;
+        for err in [
+            super::plain::from_wit_journal_error(PlainWit::Other("new".into())),
+            super::with_async::from_wit_journal_error(AsyncWit::Other("new".into())),
+        ] {
+            assert!(
+                matches!(&err, JournalError::Sandbox(SandboxError::EngineOther(m)) if m == "new"),
+                "{err:?}"
+            );
+        }
+    }
 }

@@ -108,7 +108,7 @@ impl PlainJournal {
             .call(|store, engine: &bindings::SteleEngine, writer| {
                 call(store, &engine.stele_log_journal().writer(), writer)
             })?;
-        Ok(answer.map_err(from_wit_journal_error)?)
+        answer.map_err(from_wit_journal_error)
     }
 }
 

@@ -128,7 +128,7 @@ fn answer<T, U>(
 ) -> Result<U, JournalError> {
     match result {
         Ok(Ok(value)) => Ok(map(value)),
-        Ok(Err(err)) => Err(from_wit_journal_error(err).into()),
+        Ok(Err(err)) => Err(from_wit_journal_error(err)),
         Err(trap) => Err(trap_error(trap).into()),
     }
 }

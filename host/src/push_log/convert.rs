@@ -38,6 +38,9 @@ macro_rules! push_log_conversions {
                     rolled_back: f.rolled_back,
                 },
                 E::Arrow(message) => return PushLogCallError::Arrow(message),
+                E::Other(message) => {
+                    return crate::sandbox::SandboxError::EngineOther(message).into();
+                }
             };
             engine_error.into()
         }
@@ -111,4 +114,25 @@ pub(crate) mod with_async {
         crate::embed::bindings::engine_async::exports::stele::log::push_log,
         crate::embed::convert::with_async::from_wit_header
     );
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::push_log::PushLogCallError;
+    use crate::sandbox::SandboxError;
+
+    #[test]
+    fn an_engine_failure_with_no_case_of_its_own_comes_back_typed_with_its_message() {
+        use crate::embed::bindings::engine_async::exports::stele::log::push_log::PushLogError as AsyncWit;
+        use crate::embed::bindings::exports::stele::log::push_log::PushLogError as PlainWit;
+        for err in [
+            super::plain::from_wit_push_log_error(PlainWit::Other("new".into())),
+            super::with_async::from_wit_push_log_error(AsyncWit::Other("new".into())),
+        ] {
+            assert!(
+                matches!(&err, PushLogCallError::Sandbox(SandboxError::EngineOther(m)) if m == "new"),
+                "{err:?}"
+            );
+        }
+    }
 }

@@ -49,6 +49,12 @@ pub enum SandboxError {
         /// The instance's busy deadline.
         deadline: std::time::Duration,
     },
+    /// The engine reported a failure that this version of the WIT contract has no case of its
+    /// own for (`other` in `wal-error`, `journal-error` or `push-log-error`: a condition a
+    /// newer engine added), with its message. The call failed; the instance is unaffected and
+    /// serves later calls.
+    #[error("the Stele engine reported a failure this host has no case for: {0}")]
+    EngineOther(String),
 }
 
 /// The first failure that leaves an instance's state unknown (a trap, a limit, a broken

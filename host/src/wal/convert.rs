@@ -175,6 +175,7 @@ macro_rules! wal_conversions {
                 .into(),
                 E::NotSegmented => WalRetentionError::NotSegmented.into(),
                 E::RetentionIo(e) => WalRetentionError::Io(from_wit(e)).into(),
+                E::Other(message) => crate::sandbox::SandboxError::EngineOther(message).into(),
             }
         }
 
@@ -233,4 +234,31 @@ pub(crate) mod with_async {
         crate::embed::bindings::engine_async::exports::stele::log::wal,
         crate::embed::convert::with_async
     );
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::sandbox::SandboxError;
+    use crate::wal::WalError;
+
+    #[test]
+    fn an_engine_failure_with_no_case_of_its_own_comes_back_typed_with_its_message() {
+        use crate::embed::bindings::engine_async::exports::stele::log::wal::WalError as AsyncWit;
+        use crate::embed::bindings::exports::stele::log::wal::WalError as PlainWit;
+        let expected = WalError::Sandbox(SandboxError::EngineOther("a newer condition".into()));
+        assert_eq!(
+            super::plain::from_wit_error(PlainWit::Other("a newer condition".into())),
+            expected
+        );
+        assert_eq!(
+            super::with_async::from_wit_error(AsyncWit::Other("a newer condition".into())),
+            expected
+        );
+        // A `vfs` host's `other` is a failed call with its message, as `io` is.
+        use crate::embed::bindings::stele::log::vfs::VfsError as VfsWit;
+        assert_eq!(
+            crate::embed::imports::from_wit(VfsWit::Other("x".into())),
+            stele::vfs::VfsError::Io("x".into())
+        );
+    }
 }
