@@ -15,7 +15,9 @@
 //!     path and `CARGO_HOME` are remapped (`--remap-path-prefix`), so the bytes do not depend
 //!     on where the checkout is: `package.sh --check` and `tests/tests/components.rs` hold
 //!     that;
-//!   - composes with the `wac-graph` library (what `wac plug` runs), a build dependency;
+//!   - composes with `stele-compose` (`component/compose`: the `wac-graph` library, what `wac
+//!     plug` runs), built by one more nested cargo, so that this crate has no build
+//!     dependencies for a dependent to compile;
 //!   - also builds the example plugin (`host/examples/plugin`, composed with `stele.wasm`) for
 //!     the examples and the bench; it is never packaged.
 //!
@@ -85,6 +87,7 @@ fn from_source(workspace: &Path, out_dir: &Path) {
         "component/src",
         "component/Cargo.toml",
         "component/wasi-vfs",
+        "component/compose",
         "host/examples/plugin",
         "wit",
         "Cargo.lock",
@@ -121,7 +124,8 @@ fn from_source(workspace: &Path, out_dir: &Path) {
         "stele-wasi-vfs.wasm",
     );
     let stele_wasi = guest_dir.join("stele-wasi.wasm");
-    plug(&engine, &adapter, &stele_wasi);
+    let composer = compose_tool(workspace);
+    plug(&composer, &engine, &adapter, &stele_wasi);
     let embedded = out_dir.join("stele-wasi.wasm");
     std::fs::copy(&stele_wasi, &embedded)
         .unwrap_or_else(|e| panic!("copy {} to OUT_DIR: {e}", stele_wasi.display()));
@@ -135,7 +139,7 @@ fn from_source(workspace: &Path, out_dir: &Path) {
         "stele-example-plugin.wasm",
     );
     let composed_plugin = guest_dir.join("example-plugin.wasm");
-    plug(&plugin, &engine, &composed_plugin);
+    plug(&composer, &plugin, &engine, &composed_plugin);
     export("STELE_EXAMPLE_PLUGIN_WASM", &composed_plugin);
 }
 
@@ -242,29 +246,41 @@ fn remapped_paths(workspace: &Path) -> String {
     flags.join("\u{1f}")
 }
 
-/// `wac plug socket --plug plug -o out`: the plug's exports satisfy the socket's imports.
-fn plug(socket: &Path, plug: &Path, out: &Path) {
-    let bytes = compose(socket, plug)
-        .unwrap_or_else(|e| panic!("plug {} into {}: {e:#}", plug.display(), socket.display()));
-    std::fs::write(out, bytes).unwrap_or_else(|e| panic!("write {}: {e}", out.display()));
+/// `wac plug socket --plug plug -o out`: the plug's exports satisfy the socket's imports. Runs
+/// `stele-compose` (`component/compose`, the `wac-graph` library), which `compose_tool` built.
+fn plug(tool: &Path, socket: &Path, plug: &Path, out: &Path) {
+    let status = Command::new(tool)
+        .arg(socket)
+        .arg(plug)
+        .arg(out)
+        .status()
+        .unwrap_or_else(|e| panic!("run {}: {e}", tool.display()));
+    assert!(
+        status.success(),
+        "plug {} into {} failed",
+        plug.display(),
+        socket.display()
+    );
 }
 
-/// The composition `plug` writes. The packages are named as `wac plug` names them, so the
-/// output is the same, byte for byte.
-fn compose(socket: &Path, plug: &Path) -> anyhow::Result<Vec<u8>> {
-    use wac_graph::types::Package;
-    use wac_graph::{CompositionGraph, EncodeOptions};
-    let stem = plug
-        .file_stem()
-        .ok_or_else(|| anyhow::anyhow!("a plug is a file"))?
-        .to_string_lossy();
-    let mut graph = CompositionGraph::new();
-    let socket_package = Package::from_file("socket", None, socket, graph.types_mut())?;
-    let socket_id = graph.register_package(socket_package)?;
-    let plug_package = Package::from_file(&format!("plug:{stem}"), None, plug, graph.types_mut())?;
-    let plug_id = graph.register_package(plug_package)?;
-    wac_graph::plug(&mut graph, vec![plug_id], socket_id)?;
-    Ok(graph.encode(EncodeOptions::default())?)
+/// Builds `stele-compose` for the machine building (not the guest), in the guests' target
+/// directory, and returns its path. Unoptimized and without debug info: it runs twice, on
+/// small inputs, and its output does not depend on how it was built.
+fn compose_tool(workspace: &Path) -> PathBuf {
+    let target_dir = workspace.join("target").join("guest");
+    let status = nested_cargo()
+        .current_dir(workspace)
+        .args(["build", "-p", "stele-compose", "--target-dir"])
+        .arg(&target_dir)
+        .env("CARGO_PROFILE_DEV_DEBUG", "false")
+        .status()
+        .unwrap_or_else(|e| panic!("run nested cargo build for stele-compose: {e}"));
+    assert!(status.success(), "building stele-compose failed");
+    let tool = target_dir
+        .join("debug")
+        .join(format!("stele-compose{}", env::consts::EXE_SUFFIX));
+    assert!(tool.exists(), "no {}", tool.display());
+    tool
 }
 
 fn ensure_target_installed() {

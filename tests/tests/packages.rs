@@ -248,7 +248,7 @@ publish = false
 [dependencies]
 stele = "{VERSION}"
 stele-host = "{VERSION}"
-stele-archive = {{ version = "{VERSION}", features = ["aws"] }}
+stele-archive = "{VERSION}"
 anyhow = "1"
 {features}
 
@@ -295,7 +295,7 @@ debug = false
     let guest_dirs_before = wasm32_dirs(&target);
     let mut build = without_outer_build(Command::new(env!("CARGO")));
     build
-        .args(["build", "--release", "--offline"])
+        .args(["build", "--release", "--offline", "--message-format=json-render-diagnostics"])
         .current_dir(&app)
         .env("PATH", &path)
         .env("CARGO_TARGET_DIR", &target);
@@ -312,25 +312,52 @@ debug = false
         guest_dirs_before,
         "the build made wasm32-wasip2 output"
     );
-    // wasmtime and cranelift came from the workspace's build; Stele's crates compiled from
-    // the packages.
-    let compiled: Vec<&str> = log
+    // Every unit the build used, fresh (reused) or compiled, by package id: wasmtime and
+    // cranelift came from the workspace's build, and Stele's crates from the unpacked packages
+    // (compiled now, or by an earlier run of this test at the same path).
+    let units: Vec<(String, bool)> = String::from_utf8_lossy(&built.stdout)
         .lines()
-        .filter_map(|line| line.trim().strip_prefix("Compiling "))
+        .filter(|line| line.contains(r#""reason":"compiler-artifact""#))
+        .map(|line| {
+            let id = line
+                .split(r#""package_id":""#)
+                .nth(1)
+                .and_then(|rest| rest.split('"').next())
+                .unwrap_or_default()
+                .to_owned();
+            (id, line.contains(r#""fresh":true"#))
+        })
+        .collect();
+    let recompiled: Vec<&String> = units
+        .iter()
+        .filter(|(id, fresh)| {
+            !fresh && (id.contains("#wasmtime@") || id.contains("#cranelift"))
+        })
+        .map(|(id, _)| id)
         .collect();
     assert!(
-        !compiled
-            .iter()
-            .any(|c| c.starts_with("wasmtime") || c.starts_with("cranelift")),
-        "wasmtime compiled a second time: {compiled:?}"
+        recompiled.is_empty(),
+        "wasmtime compiled a second time: {recompiled:?}"
     );
+    let unpacked_url = format!("path+file://{}/", unpacked.display());
     for name in PACKAGED {
-        let from_package = format!("{name} v{VERSION} ({}", unpacked.display());
         assert!(
-            compiled.iter().any(|c| c.starts_with(&from_package)),
-            "{name} not compiled from its package: {compiled:?}"
+            units
+                .iter()
+                .any(|(id, _)| id.starts_with(&format!("{unpacked_url}{name}-{VERSION}#"))),
+            "{name} not built from its package: {units:?}"
         );
     }
+    // A dependent compiles nothing to build stele-components: no build dependencies (the
+    // composer is a tool of the checkout's), no toolchain.
+    let manifest = std::fs::read_to_string(
+        unpacked.join(format!("stele-components-{VERSION}/Cargo.toml")),
+    )
+    .unwrap();
+    assert!(
+        !manifest.contains("build-dependencies"),
+        "the packaged stele-components has build dependencies:\n{manifest}"
+    );
     // stele-components took the packaged bytes: its build script watched them, not sources.
     let watched = build_script_outputs(&target, "stele-components")
         .into_iter()
