@@ -248,7 +248,8 @@ publish = false
 [dependencies]
 stele = "{VERSION}"
 stele-host = "{VERSION}"
-stele-archive = "{VERSION}"
+# `aws`, as the workspace's CLI asks: the same features below wasmtime, so the same build.
+stele-archive = {{ version = "{VERSION}", features = ["aws"] }}
 anyhow = "1"
 {features}
 
@@ -295,7 +296,12 @@ debug = false
     let guest_dirs_before = wasm32_dirs(&target);
     let mut build = without_outer_build(Command::new(env!("CARGO")));
     build
-        .args(["build", "--release", "--offline", "--message-format=json-render-diagnostics"])
+        .args([
+            "build",
+            "--release",
+            "--offline",
+            "--message-format=json-render-diagnostics",
+        ])
         .current_dir(&app)
         .env("PATH", &path)
         .env("CARGO_TARGET_DIR", &target);
@@ -330,14 +336,17 @@ debug = false
         .collect();
     let recompiled: Vec<&String> = units
         .iter()
-        .filter(|(id, fresh)| {
-            !fresh && (id.contains("#wasmtime@") || id.contains("#cranelift"))
-        })
+        .filter(|(id, fresh)| !fresh && (id.contains("#wasmtime@") || id.contains("#cranelift")))
+        .map(|(id, _)| id)
+        .collect();
+    let compiled: Vec<&String> = units
+        .iter()
+        .filter(|(_, fresh)| !fresh)
         .map(|(id, _)| id)
         .collect();
     assert!(
         recompiled.is_empty(),
-        "wasmtime compiled a second time: {recompiled:?}"
+        "wasmtime compiled a second time: {recompiled:?}; every unit compiled: {compiled:?}"
     );
     let unpacked_url = format!("path+file://{}/", unpacked.display());
     for name in PACKAGED {
@@ -350,10 +359,9 @@ debug = false
     }
     // A dependent compiles nothing to build stele-components: no build dependencies (the
     // composer is a tool of the checkout's), no toolchain.
-    let manifest = std::fs::read_to_string(
-        unpacked.join(format!("stele-components-{VERSION}/Cargo.toml")),
-    )
-    .unwrap();
+    let manifest =
+        std::fs::read_to_string(unpacked.join(format!("stele-components-{VERSION}/Cargo.toml")))
+            .unwrap();
     assert!(
         !manifest.contains("build-dependencies"),
         "the packaged stele-components has build dependencies:\n{manifest}"
