@@ -59,4 +59,12 @@ if [ "$(git -C "$root" rev-parse --show-toplevel 2>/dev/null)" = "$root" ]; then
         exit 1
     fi
 fi
+# The verification unpacks each package the others depend on into cargo's registry source
+# cache, by name and version, and reuses an unpacking it finds there: an earlier package of the
+# same version would be built instead of this one. Those directories only ever hold our own
+# earlier packages (nothing is published), so they go first.
+version=$(sed -n 's/^version = "\(.*\)"$/\1/p' "$root/Cargo.toml" | head -n 1)
+for crate in stele stele-components stele-host stele-archive; do
+    rm -rf "${CARGO_HOME:-$HOME/.cargo}"/registry/src/*/"$crate-$version"
+done
 cargo package --allow-dirty -p stele -p stele-components -p stele-host -p stele-archive "$@"
