@@ -124,7 +124,7 @@ fn from_source(workspace: &Path, out_dir: &Path) {
         "stele-wasi-vfs.wasm",
     );
     let stele_wasi = guest_dir.join("stele-wasi.wasm");
-    let composer = compose_tool(workspace);
+    let composer = compose_tool(workspace, &guest_dir);
     plug(&composer, &engine, &adapter, &stele_wasi);
     let embedded = out_dir.join("stele-wasi.wasm");
     std::fs::copy(&stele_wasi, &embedded)
@@ -264,19 +264,19 @@ fn plug(tool: &Path, socket: &Path, plug: &Path, out: &Path) {
 }
 
 /// Builds `stele-compose` for the machine building (not the guest), in the guests' target
-/// directory, and returns its path. Unoptimized and without debug info: it runs twice, on
-/// small inputs, and its output does not depend on how it was built.
-fn compose_tool(workspace: &Path) -> PathBuf {
-    let target_dir = workspace.join("target").join("guest");
+/// directory `guest_dir`, and returns its path. The dev profile (its dependencies at the
+/// workspace's opt-level 1) without debug info: it runs twice, on small inputs, and its output
+/// does not depend on how it was built.
+fn compose_tool(workspace: &Path, guest_dir: &Path) -> PathBuf {
     let status = nested_cargo()
         .current_dir(workspace)
         .args(["build", "-p", "stele-compose", "--target-dir"])
-        .arg(&target_dir)
+        .arg(guest_dir)
         .env("CARGO_PROFILE_DEV_DEBUG", "false")
         .status()
         .unwrap_or_else(|e| panic!("run nested cargo build for stele-compose: {e}"));
     assert!(status.success(), "building stele-compose failed");
-    let tool = target_dir
+    let tool = guest_dir
         .join("debug")
         .join(format!("stele-compose{}", env::consts::EXE_SUFFIX));
     assert!(tool.exists(), "no {}", tool.display());

@@ -18,6 +18,8 @@ set -eu
 
 PINNED_RUSTC=1.95.0
 COMPONENTS="stele.wasm stele-async.wasm stele-wasi.wasm"
+# The library crates a release packages.
+CRATES="stele stele-components stele-host stele-archive"
 
 root=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$root"
@@ -64,7 +66,12 @@ fi
 # same version would be built instead of this one. Those directories only ever hold our own
 # earlier packages (nothing is published), so they go first.
 version=$(sed -n 's/^version = "\(.*\)"$/\1/p' "$root/Cargo.toml" | head -n 1)
-for crate in stele stele-components stele-host stele-archive; do
+for crate in $CRATES; do
     rm -rf "${CARGO_HOME:-$HOME/.cargo}"/registry/src/*/"$crate-$version"
 done
-cargo package --allow-dirty -p stele -p stele-components -p stele-host -p stele-archive "$@"
+packages=""
+for crate in $CRATES; do
+    packages="$packages -p $crate"
+done
+# $packages is split on purpose: one `-p NAME` pair per crate.
+cargo package --allow-dirty $packages "$@"

@@ -23,7 +23,7 @@ use std::sync::{Arc, OnceLock};
 
 use stele_host::fs::RealFs;
 use stele_host::{Mode, read_wal};
-use stele_tests::nested_cargo::{stdout_of, without_outer_build};
+use stele_tests::nested_cargo::{cargo, stdout_of, without_outer_build};
 
 const VERSION: &str = env!("CARGO_PKG_VERSION");
 
@@ -294,7 +294,7 @@ debug = false
 
     let target = target_dir();
     let guest_dirs_before = wasm32_dirs(&target);
-    let mut build = without_outer_build(Command::new(env!("CARGO")));
+    let mut build = cargo();
     build
         .args([
             "build",
