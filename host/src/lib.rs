@@ -78,6 +78,7 @@ pub mod peak_rss;
 mod push_log;
 pub mod sandbox;
 mod wal;
+mod workers;
 
 // The paths embedders have used since before the layout by facet.
 pub use embed::bindings;

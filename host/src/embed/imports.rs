@@ -74,9 +74,9 @@ enum AsyncIo {
     /// Inline, on the thread polling the store: for stores driven from a thread that is there
     /// to block, where a hop would only add two wake-ups.
     Inline,
-    /// Posted to Stele's own driver (`crate::sandbox::store_driver`), which runs it on its I/O thread or its
-    /// own.
-    Driver(crate::embed::io_thread::IoThread),
+    /// Posted to Stele's own driver (`crate::sandbox::store_driver`), which runs it on the
+    /// driving caller's thread or on the instance's I/O lane.
+    Driver(crate::embed::io_lane::IoLane),
 }
 
 /// What `stele:log/vfs` is served from in one store: the [`Vfs`], the open-files bound, and
@@ -135,12 +135,12 @@ impl SteleCtx {
         self
     }
 
-    pub(crate) fn with_io_thread(mut self, io: crate::embed::io_thread::IoThread) -> SteleCtx {
+    pub(crate) fn with_io_lane(mut self, io: crate::embed::io_lane::IoLane) -> SteleCtx {
         self.async_io = AsyncIo::Driver(io);
         self
     }
 
-    pub(crate) fn io_thread(&self) -> Option<&crate::embed::io_thread::IoThread> {
+    pub(crate) fn io_lane(&self) -> Option<&crate::embed::io_lane::IoLane> {
         match &self.async_io {
             AsyncIo::Driver(io) => Some(io),
             _ => None,
@@ -435,8 +435,8 @@ impl<T: Send + 'static> wit_async::HostWithStore<T> for SteleVfs {
         async move {
             let (file, io) = taken?;
             // A buffered write this small is a copy into the page cache (microseconds), where
-            // the I/O thread's round trip costs two thread wake-ups (77 µs on this 2-core VM);
-            // larger writes go to the I/O thread, so the instance keeps serving calls meanwhile.
+            // a worker thread's round trip costs two thread wake-ups (77 µs on this 2-core VM);
+            // larger writes are posted, so the instance keeps serving calls meanwhile.
             let io = if data.len() > INLINE_WRITE_BYTES_MAX {
                 io
             } else {

@@ -23,7 +23,7 @@ use crate::embed::bindings::engine_async::EngineAsync;
 use crate::embed::bindings::engine_async::exports::stele::log::push_log as wit;
 use crate::sandbox::guest_calls::{GuestCalls, Task, answer_with, serve_each};
 use crate::sandbox::instance::{Reply, Run, Served};
-use crate::sandbox::posted_io::block_on_sending_io;
+use crate::sandbox::posted_io::block_on_running_io;
 use crate::sandbox::runtime::{GuestState, SandboxLimits, trap_error};
 use crate::sandbox::start::start_session;
 use crate::sandbox::store_driver::StoreDriver;
@@ -93,7 +93,7 @@ pub(crate) fn start(
 ) -> Result<AsyncPushLog, PushLogCallError> {
     let path = path.to_owned();
     let (driver, ()) = start_session(vfs, limits, move |mut store, bindings, io, queue| {
-        let opened = block_on_sending_io(
+        let opened = block_on_running_io(
             store.run_concurrent(async |acc| {
                 bindings
                     .stele_log_push_log_async()

@@ -13,7 +13,7 @@ use super::departures::Departures;
 use super::instance::{DriverId, Run, Served, Shared};
 use super::posted_io::{RunIo, run_in_place};
 use super::wakes::{PollAgain, RUNNING_OWN_IO};
-use crate::embed::io_thread::PostedIo;
+use crate::embed::io_lane::PostedIo;
 
 /// One caller's wait for its answer, driving the instance's run whenever it can take it.
 pub(super) struct Drive<'a, S: Served, T> {
@@ -135,7 +135,7 @@ impl<S: Served, T> Drive<'_, S, T> {
             RUNNING_OWN_IO.set(true);
             match self.run_io {
                 RunIo::InPlace => run_in_place(posted, &self.shared.io),
-                RunIo::Here | RunIo::OnIoThread => posted.run_here(),
+                RunIo::Here | RunIo::OnIoLane => posted.run_here(),
             }
             RUNNING_OWN_IO.set(false);
             self.poll_again.done_busy();
@@ -151,10 +151,10 @@ impl<S: Served, T> Drive<'_, S, T> {
     /// wait otherwise, and handing the sync over costs a wake-up on the group's path). Other
     /// callers leave it to the dispatcher: a call that does not await a sync (`stats`, a
     /// non-durable commit) must not wait for one, and a tokio task would block its worker. A
-    /// current-thread runtime's task sends the I/O to the I/O thread.
+    /// current-thread runtime's task sends the I/O to the I/O lane.
     fn posted_io_to_run_here(&self) -> Option<PostedIo> {
         match self.run_io {
-            RunIo::OnIoThread => {
+            RunIo::OnIoLane => {
                 self.shared.io.send_posted();
                 None
             }

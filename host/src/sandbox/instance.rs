@@ -3,7 +3,7 @@
 //! driver, driven, stopped) and the state every driver of one instance reaches ([`Shared`]).
 //! The rules for who drives when are in [`super::store_driver`]'s doc; this file only keeps
 //! the instance's state consistent under its lock. May import the rest of `sandbox/` below
-//! the drivers (departures, error, poison, posted I/O, wakes) and `crate::embed::io_thread`.
+//! the drivers (departures, error, poison, posted I/O, wakes) and `crate::embed::io_lane`.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -16,7 +16,7 @@ use super::departures::{Departures, HeldForDepartures};
 use super::error::{SandboxError, StickyFailure};
 use super::poison::lock;
 use super::wakes::DispatcherWake;
-use crate::embed::io_thread::IoThread;
+use crate::embed::io_lane::IoLane;
 
 /// What a store driver (`super::store_driver::StoreDriver`) serves: a session that owns the store and its request queue.
 pub(crate) trait Served: Send + Sized + 'static {
@@ -68,19 +68,19 @@ impl<T, E> Reply<T, E> {
     }
 }
 
-/// One instance's state, shared by its store driver, its dispatcher thread and every caller
-/// driving it.
+/// One instance's state, shared by its store driver, its dispatcher turns (on the shared worker
+/// threads) and every caller driving it.
 pub(super) struct Shared<S: Served> {
     pub(super) requests: mpsc::UnboundedSender<S::Request>,
     /// Requests sent and not yet answered: raised before a send, lowered after the answer.
     pub(super) calls_outstanding: Arc<AtomicUsize>,
     pub(super) instance: Mutex<Instance<S>>,
-    /// The instance's I/O thread, and the work its imports posted.
-    pub(super) io: IoThread,
+    /// The instance's I/O lane, and the work its imports posted.
+    pub(super) io: IoLane,
     /// Why the instance stopped, once it has (a trap, a broken contract).
     pub(super) stopped: Mutex<StickyFailure>,
-    /// Wakes the dispatcher thread: a run it parked woke, a caller left a run to it, or the
-    /// handle was dropped.
+    /// Wakes the dispatcher (queues its turn): a run it parked woke, a caller left a run to it,
+    /// or the handle was dropped.
     pub(super) wake: Arc<DispatcherWake>,
     /// Numbers the drivers (`super::drive::Drive`), from 1.
     pub(super) next_driver: AtomicU64,
@@ -96,7 +96,7 @@ pub(super) enum Instance<S: Served> {
     /// it parked to do that), or, if it leaves first, wakes the dispatcher to listen instead.
     /// Any caller that arrives meanwhile takes the run and starts its own call.
     Parked { run: Run<S>, parker: DriverId },
-    /// Someone is polling a run (or the log is still being opened).
+    /// Someone is polling a run.
     Driven,
     /// The instance trapped; `Shared::stopped` says why.
     Stopped,
@@ -105,7 +105,7 @@ pub(super) enum Instance<S: Served> {
 /// Who parked a run: [`DISPATCHER`], or a caller's drive (numbered from 1).
 pub(super) type DriverId = u64;
 
-/// The dispatcher thread's [`DriverId`].
+/// The dispatcher's [`DriverId`] (whichever worker thread runs its turn).
 pub(super) const DISPATCHER: DriverId = 0;
 
 impl<S: Served> Shared<S> {

@@ -24,6 +24,8 @@ use super::error::SandboxError;
 use crate::embed::bindings;
 use crate::embed::bindings::engine_async as bindings_async;
 use crate::embed::imports::{SteleCtx, SteleCtxView, SteleView};
+use crate::embed::io_lane::IoLane;
+use crate::workers::Workers;
 
 /// The plain WASI 0.2 component (world `engine`): synchronous exports, for any
 /// component-model host. From the `stele-components` crate.
@@ -240,6 +242,8 @@ pub struct Runtime {
     code_cache_dir: Option<PathBuf>,
     pre: OnceLock<Result<bindings::SteleEnginePre<GuestState>, String>>,
     pre_async: OnceLock<Result<bindings_async::EngineAsyncPre<GuestState>, String>>,
+    /// The threads every async instance shares for its dispatcher turns and posted I/O.
+    workers: Workers,
 }
 
 static RUNTIME: OnceLock<Result<Runtime, String>> = OnceLock::new();
@@ -272,6 +276,20 @@ pub struct RuntimeOptions {
     /// default): compile in every process, write nothing. The directory must be writable only
     /// by the user that runs Stele (see the module doc of [`super::code_cache`]).
     pub code_cache_dir: Option<PathBuf>,
+    /// The most threads the process's async instances share, for the work no caller is there
+    /// to do: an instance's dispatcher turns (a group's sync that no waiting caller runs, calls
+    /// left by callers that stopped listening) and I/O that a caller on a current-thread tokio
+    /// runtime cannot block for. They are started as work finds the others busy, and never
+    /// grow with the number of logs. `None` (the default): [`worker_threads_default`]. A turn
+    /// that runs a sync holds its thread for the sync, so fewer threads than logs syncing at
+    /// once add latency to the others (callers that wait still run their own syncs).
+    pub worker_threads_max: Option<usize>,
+}
+
+/// The default of [`RuntimeOptions::worker_threads_max`]: twice the cores the process may use
+/// (at least 2), so that threads blocked in syncs leave as many free to serve the others.
+pub fn worker_threads_default() -> usize {
+    2 * std::thread::available_parallelism().map_or(1, usize::from)
 }
 
 impl RuntimeOptions {
@@ -286,6 +304,12 @@ impl RuntimeOptions {
         self.code_cache_dir = dir;
         self
     }
+
+    /// These options with at most `threads` shared worker threads (`None`: the default).
+    pub fn with_worker_threads_max(mut self, threads: Option<usize>) -> Self {
+        self.worker_threads_max = threads;
+        self
+    }
 }
 
 impl std::fmt::Debug for RuntimeOptions {
@@ -293,6 +317,7 @@ impl std::fmt::Debug for RuntimeOptions {
         f.debug_struct("RuntimeOptions")
             .field("engine", &self.engine.as_ref().map(|_| "the embedder's"))
             .field("code_cache_dir", &self.code_cache_dir)
+            .field("worker_threads_max", &self.worker_threads_max)
             .finish()
     }
 }
@@ -303,7 +328,8 @@ impl Runtime {
     /// engine of Stele's own, no code cache), unless [`Runtime::init`] came first.
     pub fn get() -> Result<&'static Runtime, SandboxError> {
         loaded(&RUNTIME, || {
-            Engine::new(&Runtime::default_config()).map(|engine| Runtime::new(engine, None))
+            Engine::new(&Runtime::default_config())
+                .map(|engine| Runtime::new(engine, RuntimeOptions::default()))
         })
     }
 
@@ -321,15 +347,15 @@ impl Runtime {
         if RUNTIME.get().is_some() {
             return Err(SandboxError::AlreadyInitialized);
         }
-        let made = match options.engine {
+        let made = match options.engine.clone() {
             Some(engine) => {
-                let made = Runtime::new(engine, options.code_cache_dir);
+                let made = Runtime::new(engine, options);
                 made.pre()?;
                 made.pre_async()?;
                 made
             }
             None => Engine::new(&Runtime::default_config())
-                .map(|engine| Runtime::new(engine, options.code_cache_dir))
+                .map(|engine| Runtime::new(engine, options))
                 .map_err(|e| SandboxError::Load(format!("{e:#}")))?,
         };
         let mut installed = false;
@@ -363,13 +389,23 @@ impl Runtime {
         config
     }
 
-    fn new(engine: Engine, code_cache_dir: Option<PathBuf>) -> Runtime {
+    fn new(engine: Engine, options: RuntimeOptions) -> Runtime {
+        let threads_max = options
+            .worker_threads_max
+            .unwrap_or_else(worker_threads_default);
         Runtime {
             engine,
-            code_cache_dir,
+            code_cache_dir: options.code_cache_dir,
             pre: OnceLock::new(),
             pre_async: OnceLock::new(),
+            workers: Workers::new(threads_max),
         }
+    }
+
+    /// The shared worker threads running now, and the most there may be
+    /// ([`RuntimeOptions::worker_threads_max`]).
+    pub fn worker_threads(&self) -> (usize, usize) {
+        self.workers.threads()
     }
 
     /// Compiles `wasm` through the code cache.
@@ -416,13 +452,13 @@ impl Runtime {
         &self,
         vfs: Arc<dyn Vfs>,
         limits: SandboxLimits,
-        io: Option<crate::embed::io_thread::IoThread>,
+        io: Option<IoLane>,
     ) -> Store<GuestState> {
         let mut stele = SteleCtx::new(vfs)
             .with_open_files_max(limits.open_files_max)
             .allow_blocking_current_thread(true);
         if let Some(io) = io {
-            stele = stele.with_io_thread(io);
+            stele = stele.with_io_lane(io);
         }
         // One ahead of what the watch has seen: the store's first call counts as a touch.
         stele.touch();
@@ -513,22 +549,29 @@ impl Runtime {
         Ok((store, bindings))
     }
 
-    /// A new store for the async component, with its own I/O thread. The instance itself is
-    /// made by [`Self::instantiate_async_in`], on the thread that will drive the store: its
-    /// host functions are async, so instantiation must be too.
+    /// A new store for the async component, with an I/O lane of its own on the shared worker
+    /// threads. The instance itself is made by [`Self::instantiate_async_in`]: its host
+    /// functions are async, so instantiation must be too.
     pub(crate) fn store_for_async(
         &self,
         vfs: Arc<dyn Vfs>,
         limits: SandboxLimits,
     ) -> Result<Store<GuestState>, SandboxError> {
-        let io = crate::embed::io_thread::IoThread::spawn("stele-io")
-            .map_err(|e| SandboxError::Instantiate(format!("spawn the I/O thread: {e}")))?;
+        self.workers.ensure_started().map_err(|e| {
+            SandboxError::Instantiate(format!("start the first shared worker thread: {e}"))
+        })?;
+        let io = IoLane::new(self.workers.clone());
         Ok(self.new_store(vfs, limits, Some(io)))
     }
 
-    /// A new store for the async component without an I/O thread: its async imports run
+    /// The shared worker threads, for the store drivers' dispatcher turns.
+    pub(crate) fn workers(&self) -> &Workers {
+        &self.workers
+    }
+
+    /// A new store for the async component without an I/O lane: its async imports run
     /// inline. For instances driven from a thread that may block (tokio's blocking pool), where
-    /// a hop to an I/O thread would only add latency.
+    /// a hop to a worker thread would only add latency.
     pub(crate) fn store_for_async_inline(
         &self,
         vfs: Arc<dyn Vfs>,

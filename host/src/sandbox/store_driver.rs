@@ -1,7 +1,7 @@
 //! The store driver: serves one component instance to many concurrent callers. It is generic
 //! over what it serves ([`Served`]: a session with its own request type) and knows nothing of
-//! the WAL: it owns runs, drivers, parking, the dispatcher thread, and where a run's posted I/O
-//! runs ([`super::posted_io`]).
+//! the WAL: it owns runs, drivers, parking, the dispatcher's turns, and where a run's posted
+//! I/O runs ([`super::posted_io`]).
 //!
 //! `Store::run_concurrent` owns the store while guest tasks are in flight. A [`Run`] is one
 //! such serving: a future that owns the session (the store and the request queue), starts
@@ -20,7 +20,7 @@
 //!     commit then costs no wake-up at all;
 //!   - a thread whose own call awaits a sync (a durable commit, a flush): it would only wait
 //!     otherwise, as the native leader does;
-//!   - otherwise the dispatcher thread, woken by the caller that parked the run with the sync
+//!   - otherwise the dispatcher, woken by the caller that parked the run with the sync
 //!     posted. It takes the run back after the sync, answers the group and runs the next
 //!     group's sync, so groups follow each other with no wake-up in between. A call that does
 //!     not await a sync never waits for one, and a task never blocks its worker unless it is
@@ -36,6 +36,12 @@
 //! dispatcher while it runs a sync (the end of a [`Departures`] hold on a run it parked) waits
 //! for that sync; callers that arrive meanwhile still take the run themselves.
 //!
+//! The dispatcher is not a thread of the instance's own: a wake queues its *turn* on the
+//! process's shared worker threads ([`crate::workers`], bounded by the embedder), which serves
+//! the instance as the thread did and returns once there is nothing to do; at most one turn of
+//! an instance is queued or running at a time. A turn runs syncs, holding its worker for the
+//! sync; it never waits on another turn, so a bounded set of threads cannot deadlock.
+//!
 //! A caller that stops waiting (a dropped future) only stops listening: a run never cancels a
 //! guest task it started, and never gives the session back with one in flight. Why each rule
 //! is there, with figures: `docs/BENCHMARKS.md`, "The sandboxed driver".
@@ -47,70 +53,43 @@ use std::task::{Context, Poll, Waker};
 use tokio::sync::{mpsc, oneshot};
 
 use super::drive::Drive;
-use super::error::SandboxError;
 use super::instance::{DISPATCHER, Instance, Reply, Served, Shared};
 use super::poison::lock;
 use super::posted_io::RunIo;
-use super::wakes::PollAgain;
-use crate::embed::io_thread::IoThread;
+use super::wakes::{DispatcherWake, PollAgain};
+use crate::embed::io_lane::IoLane;
+use crate::workers::{TURN_STEPS_MAX, Turn, Workers};
 
-/// The handle callers hold. Dropping it stops the dispatcher thread (after it has served
-/// what is queued) and drops the instance.
+/// The handle callers hold. Dropping it waits until the dispatcher has served what is queued
+/// and in flight, and drops the instance.
 pub(crate) struct StoreDriver<S: Served> {
     shared: Arc<Shared<S>>,
-    dispatcher: Option<std::thread::JoinHandle<()>>,
 }
 
 impl<S: Served> StoreDriver<S> {
-    /// Starts the dispatcher thread, which opens the session with `open` (given the store's
-    /// I/O thread and the request queue) and then serves it. Returns once `open` has: the
-    /// caller may be inside a tokio runtime, where opening must not block it.
+    /// Opens the session with `open` (given the store's I/O lane and the request queue) on
+    /// this thread, then serves it: callers drive it, and the dispatcher's turns run on
+    /// `workers` when no caller is there to.
     pub(crate) fn start<R: Send + 'static>(
-        io: IoThread,
-        open: impl FnOnce(
-            &IoThread,
-            mpsc::UnboundedReceiver<S::Request>,
-        ) -> Result<(Box<S>, R), S::Error>
-        + Send
-        + 'static,
+        io: IoLane,
+        workers: &Workers,
+        open: impl FnOnce(&IoLane, mpsc::UnboundedReceiver<S::Request>) -> Result<(Box<S>, R), S::Error>,
     ) -> Result<(StoreDriver<S>, R), S::Error> {
         let (requests, queue) = mpsc::unbounded_channel();
+        let (session, opened_with) = open(&io, queue)?;
         let shared = Arc::new(Shared {
             requests,
             calls_outstanding: Arc::new(AtomicUsize::new(0)),
-            instance: Mutex::new(Instance::Driven),
+            instance: Mutex::new(Instance::Idle(session)),
             io,
             stopped: Mutex::default(),
-            wake: Arc::default(),
+            wake: Arc::new(DispatcherWake::new(workers.clone())),
             next_driver: AtomicU64::new(DISPATCHER + 1),
             departures: Arc::default(),
         });
-        let (opened, opened_rx) = std::sync::mpsc::channel();
-        let shared_in = shared.clone();
-        let dispatcher = std::thread::Builder::new()
-            .name("stele-sandbox".into())
-            .spawn(move || {
-                match open(&shared_in.io, queue) {
-                    Ok((session, opened_with)) => {
-                        *lock(&shared_in.instance) = Instance::Idle(session);
-                        let _ = opened.send(Ok(opened_with));
-                    }
-                    Err(err) => {
-                        let _ = opened.send(Err(err));
-                        return;
-                    }
-                }
-                dispatch(&shared_in);
-            })
-            .map_err(|e| SandboxError::Instantiate(format!("spawn the dispatcher: {e}")))?;
-        let driver = StoreDriver {
-            shared,
-            dispatcher: Some(dispatcher),
-        };
-        let opened_with = opened_rx
-            .recv()
-            .map_err(|_| S::Error::from(driver.shared.stopped_error()))??;
-        Ok((driver, opened_with))
+        let turn: Arc<dyn Turn> = shared.clone();
+        shared.wake.set_turn(Arc::downgrade(&turn));
+        Ok((StoreDriver { shared }, opened_with))
     }
 
     /// Sends a request and awaits its answer, driving the instance on this task when the
@@ -165,14 +144,12 @@ impl<S: Served> StoreDriver<S> {
 impl<S: Served> Drop for StoreDriver<S> {
     fn drop(&mut self) {
         self.shared.wake.notify(|w| w.closing = true);
-        if let Some(thread) = self.dispatcher.take() {
-            let _ = thread.join();
-        }
+        self.shared.wake.wait_stopped();
     }
 }
 
 impl<S: Served> Shared<S> {
-    /// The dispatcher's turn: drives the instance on this thread while it can take it, running
+    /// The dispatcher's pass: drives the instance on this thread while it can take it, running
     /// the I/O the run posts itself, with the run parked meanwhile (so that callers arriving
     /// during a sync take it and stage into the next group). It stops when the run is someone
     /// else's, or parked waiting on nothing it can do: the run's wakes then come to `waker`.
@@ -191,14 +168,14 @@ impl<S: Served> Shared<S> {
                 // Woken during the poll (a call arrived that found the run driven, say): poll
                 // again before anything blocks, so that nothing waits on this thread.
                 Poll::Pending if self.wake.take_pending() => run = Some(polled),
-                // Work posted behind the I/O thread's (an `OnIoThread` driver's) goes there
-                // too, in order.
+                // Work posted behind the I/O lane's (an `OnIoLane` driver's) goes there too,
+                // in order.
                 Poll::Pending => match self.io.take_posted_in_order() {
                     Some(posted) => {
                         self.park(polled, DISPATCHER);
                         if self.wake.take_pending() {
                             // Woken just before the park: whoever woke it may be waiting on
-                            // this thread, so the I/O goes to the I/O thread instead.
+                            // this turn, so the I/O goes to the I/O lane instead.
                             self.io.send(posted);
                         } else {
                             posted.run_here();
@@ -212,24 +189,31 @@ impl<S: Served> Shared<S> {
     }
 }
 
-/// The dispatcher thread, once the log is open: serves the instance whenever a run it parked
-/// wakes or a caller leaves a run to it, until the handle is dropped and nothing is in flight.
-fn dispatch<S: Served>(shared: &Shared<S>) {
-    let waker = Waker::from(shared.wake.clone());
-    let mut closing = false;
-    loop {
-        closing = shared.wake.wait(closing);
-        shared.serve(&waker);
-        // Guest tasks whose callers stopped listening may still be in flight: a record they
-        // staged becomes durable with its group, so the instance stops only once idle.
-        if closing
-            && matches!(
-                *lock(&shared.instance),
-                Instance::Idle(_) | Instance::Stopped
-            )
-        {
-            *lock(&shared.instance) = Instance::Stopped;
-            return;
+/// The dispatcher's turn, on a shared worker thread: serves the instance while a run it parked
+/// woke or a caller left a run to it, and stops it once the handle is dropped and nothing is in
+/// flight. It ends when there is nothing to do (the next wake queues another turn), or after
+/// [`TURN_STEPS_MAX`] passes, queueing itself again behind the other instances' turns.
+impl<S: Served> Turn for Shared<S> {
+    fn run_turn(self: Arc<Self>) {
+        let waker = Waker::from(self.wake.clone());
+        for _ in 0..TURN_STEPS_MAX {
+            let Some(closing) = self.wake.next_pass() else {
+                return;
+            };
+            self.serve(&waker);
+            // Guest tasks whose callers stopped listening may still be in flight: a record
+            // they staged becomes durable with its group, so the instance stops only once idle.
+            if closing {
+                let mut instance = lock(&self.instance);
+                if matches!(*instance, Instance::Idle(_) | Instance::Stopped) {
+                    let session = std::mem::replace(&mut *instance, Instance::Stopped);
+                    drop(instance);
+                    drop(session);
+                    self.wake.set_stopped();
+                    return;
+                }
+            }
         }
+        self.wake.requeue();
     }
 }

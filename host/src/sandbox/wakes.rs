@@ -1,30 +1,79 @@
-//! The wakes of the store driver: the dispatcher thread's ([`DispatcherWake`]) and the waker a
-//! caller polls its run with ([`PollAgain`]), which turns a wake that comes during the poll
-//! into one more pass instead of a trip through the executor.
+//! The wakes of the store driver: the dispatcher's ([`DispatcherWake`], which queues the
+//! instance's dispatcher turn on the shared worker threads) and the waker a caller polls its
+//! run with ([`PollAgain`]), which turns a wake that comes during the poll into one more pass
+//! instead of a trip through the executor.
 
 use std::sync::atomic::{AtomicU8, Ordering};
-use std::sync::{Arc, Condvar, Mutex, PoisonError};
+use std::sync::{Arc, Condvar, Mutex, OnceLock, PoisonError, Weak};
 use std::task::Waker;
 
 use super::poison::lock;
+use crate::workers::{Turn, Workers};
 
 #[derive(Default)]
 pub(super) struct Wake {
+    /// Woken since the dispatcher last looked.
     pub(super) pending: bool,
+    /// The handle was dropped.
     pub(super) closing: bool,
+    /// A dispatcher turn has seen `closing`.
+    closing_seen: bool,
+    /// A dispatcher turn is queued or running: at most one is, so that one instance is served
+    /// by one thread at a time.
+    scheduled: bool,
+    /// The dispatcher has stopped the instance; no turn runs again.
+    stopped: bool,
 }
 
-/// The dispatcher thread's wake-up, and the waker it polls runs with.
-#[derive(Default)]
+impl Wake {
+    /// There is something for a dispatcher turn to do.
+    fn due(&self) -> bool {
+        self.pending || (self.closing && !self.closing_seen)
+    }
+}
+
+/// The dispatcher's wake-up: a wake queues the instance's dispatcher turn on the shared worker
+/// threads (unless one is queued or running), and is the waker that turn polls runs with.
 pub(super) struct DispatcherWake {
     state: Mutex<Wake>,
-    woken: Condvar,
+    workers: Workers,
+    /// The instance's dispatcher turn, set once the instance's state exists. Weak: the state
+    /// owns this wake.
+    turn: OnceLock<Weak<dyn Turn>>,
+    /// Signalled when the dispatcher stops the instance.
+    stopped: Condvar,
 }
 
 impl DispatcherWake {
+    pub(super) fn new(workers: Workers) -> DispatcherWake {
+        DispatcherWake {
+            state: Mutex::default(),
+            workers,
+            turn: OnceLock::new(),
+            stopped: Condvar::new(),
+        }
+    }
+
+    /// Sets the turn wakes queue. Called once, before the first wake.
+    pub(super) fn set_turn(&self, turn: Weak<dyn Turn>) {
+        let _ = self.turn.set(turn);
+    }
+
     pub(super) fn notify(&self, set: impl FnOnce(&mut Wake)) {
-        set(&mut lock(&self.state));
-        self.woken.notify_one();
+        let submit = {
+            let mut wake = lock(&self.state);
+            set(&mut wake);
+            let submit = wake.due() && !wake.scheduled && !wake.stopped;
+            wake.scheduled |= submit;
+            submit
+        };
+        if submit {
+            match self.turn.get().and_then(Weak::upgrade) {
+                Some(turn) => self.workers.submit(turn),
+                // The instance's state is gone: nothing is left to serve.
+                None => lock(&self.state).scheduled = false,
+            }
+        }
     }
 
     /// Takes the wake that came since the last one was taken, if any.
@@ -32,18 +81,48 @@ impl DispatcherWake {
         std::mem::take(&mut lock(&self.state).pending)
     }
 
-    /// Sleeps until woken; `true` once the handle was dropped. After that (`closing_seen`), it
-    /// sleeps until woken by a run.
-    pub(super) fn wait(&self, closing_seen: bool) -> bool {
+    /// A dispatcher turn's next pass: `Some(closing)` if it has something to do (a wake came,
+    /// or the handle was dropped), taking the wake; `None` ends the turn (a later wake queues
+    /// another).
+    pub(super) fn next_pass(&self) -> Option<bool> {
         let mut wake = lock(&self.state);
-        while !wake.pending && (closing_seen || !wake.closing) {
+        if wake.due() {
+            wake.pending = false;
+            wake.closing_seen |= wake.closing;
+            Some(wake.closing)
+        } else {
+            wake.scheduled = false;
+            None
+        }
+    }
+
+    /// Queues the turn again behind the others, still scheduled: a turn that has taken its
+    /// share of passes ([`crate::workers::TURN_STEPS_MAX`]) with more to do.
+    pub(super) fn requeue(&self) {
+        match self.turn.get().and_then(Weak::upgrade) {
+            Some(turn) => self.workers.submit(turn),
+            None => lock(&self.state).scheduled = false,
+        }
+    }
+
+    /// The dispatcher stopped the instance: no turn runs again, and [`Self::wait_stopped`]
+    /// returns.
+    pub(super) fn set_stopped(&self) {
+        let mut wake = lock(&self.state);
+        wake.stopped = true;
+        wake.scheduled = false;
+        self.stopped.notify_all();
+    }
+
+    /// Blocks until the dispatcher has stopped the instance.
+    pub(super) fn wait_stopped(&self) {
+        let mut wake = lock(&self.state);
+        while !wake.stopped {
             wake = self
-                .woken
+                .stopped
                 .wait(wake)
                 .unwrap_or_else(PoisonError::into_inner);
         }
-        wake.pending = false;
-        wake.closing
     }
 }
 

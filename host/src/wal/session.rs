@@ -35,11 +35,11 @@ use super::request::{Request, WalReply};
 use crate::Mode;
 use crate::embed::bindings::engine_async::EngineAsync;
 use crate::embed::bindings::engine_async::exports::stele::log::wal as wit;
-use crate::embed::io_thread::IoThread;
+use crate::embed::io_lane::IoLane;
 use crate::sandbox::SandboxError;
 use crate::sandbox::guest_calls::{Answer, Sent, Task, answer_with};
 use crate::sandbox::instance::{Run, Served};
-use crate::sandbox::posted_io::block_on_sending_io;
+use crate::sandbox::posted_io::block_on_running_io;
 use crate::sandbox::runtime::{GuestState, SandboxLimits, trap_error};
 use crate::sandbox::start::start_session;
 use crate::sandbox::store_driver::StoreDriver;
@@ -107,13 +107,13 @@ pub(super) fn answer_batches(
 pub(super) fn open_session(
     mut store: Store<GuestState>,
     bindings: EngineAsync,
-    io: &IoThread,
+    io: &IoLane,
     path: String,
     options: WalOptions,
     create: bool,
     queue: mpsc::UnboundedReceiver<Request>,
 ) -> Result<(Box<WalSession>, Recovery), WalError> {
-    let started = block_on_sending_io(
+    let started = block_on_running_io(
         store.run_concurrent(async |acc| {
             let writer_api = bindings.stele_log_wal_async().writer();
             let wit_opts = wit_options(options);

@@ -15,11 +15,11 @@ use super::grouping::{Call, gather_durable_commits};
 use super::request::Request;
 use super::session::{WalSession, answer, answer_batches, open_session};
 use crate::embed::bindings::engine_async::exports::stele::log::wal as wit;
-use crate::embed::io_thread::IoThread;
+use crate::embed::io_lane::IoLane;
 use crate::fs::{FaultFs, FaultRule, InjectedError, OpKind};
 use crate::sandbox::SandboxError;
 use crate::sandbox::instance::Reply;
-use crate::sandbox::posted_io::block_on_sending_io;
+use crate::sandbox::posted_io::block_on_running_io;
 use crate::sandbox::runtime::{Runtime, SandboxLimits};
 
 fn records(payload_bytes: &[usize]) -> Vec<wit::CommitRecord> {
@@ -113,13 +113,13 @@ fn a_miscounted_batch_answer_fails_every_caller_and_breaks_the_instance() {
 }
 
 /// A session on `fault` with the log `g` created under `options`.
-fn session(fault: &FaultFs, options: WalOptions) -> (Box<WalSession>, IoThread) {
+fn session(fault: &FaultFs, options: WalOptions) -> (Box<WalSession>, IoLane) {
     let runtime = Runtime::get().unwrap();
     let mut store = runtime
         .store_for_async(Arc::new(fault.clone()), SandboxLimits::default())
         .unwrap();
-    let io = store.data().stele.io_thread().cloned().unwrap();
-    let bindings = block_on_sending_io(runtime.instantiate_async_in(&mut store), &io).unwrap();
+    let io = store.data().stele.io_lane().cloned().unwrap();
+    let bindings = block_on_running_io(runtime.instantiate_async_in(&mut store), &io).unwrap();
     let (_requests, queue) = mpsc::unbounded_channel();
     let (session, _) =
         open_session(store, bindings, &io, "g".into(), options, true, queue).unwrap();
@@ -128,7 +128,7 @@ fn session(fault: &FaultFs, options: WalOptions) -> (Box<WalSession>, IoThread) 
 
 fn commit_batches(
     session: &mut WalSession,
-    io: &IoThread,
+    io: &IoLane,
     batches: Vec<Vec<wit::CommitRecord>>,
 ) -> Vec<Result<Range<LogSeq>, WalError>> {
     let WalSession {
@@ -138,7 +138,7 @@ fn commit_batches(
         ..
     } = session;
     let writer = *writer;
-    let outcomes = block_on_sending_io(
+    let outcomes = block_on_running_io(
         store.run_concurrent(async |acc| {
             let api = bindings.stele_log_wal_async().writer();
             api.call_commit_batches_durable(acc, writer, batches).await
