@@ -167,6 +167,8 @@ every_backend!(
     a_kill_between_the_manifest_put_and_local_truncation_loses_nothing,
     a_remote_tail_follows_new_manifests,
     archiving_runs_beside_a_sandboxed_writer_on_its_own_thread,
+    a_clean_close_ships_the_active_segment_so_every_acknowledged_record_is_archived,
+    a_dropped_running_archiver_ships_the_tail_too,
 );
 
 fn memory_store() -> (Arc<FaultStore>, ArchiveLocation) {
@@ -849,6 +851,130 @@ fn archiving_runs_beside_a_sandboxed_writer_on_its_own_thread(backend: Backend) 
     let (target, restored) = restore_all(&rt, &location, None);
     assert_eq!(restored.unwrap().next_seq, s);
     assert_eq!(records(&target, "restored"), expected(0..s));
+}
+
+/// Records in the active segment are acknowledged but, until it seals, only local: a clean
+/// close seals it and ships it, so that the archive then holds every acknowledged record, in
+/// every mode (the sandboxed writer's flush and seal go through its instance). The log stays
+/// usable after the close.
+fn a_clean_close_ships_the_active_segment_so_every_acknowledged_record_is_archived(
+    backend: Backend,
+) {
+    let rt = runtime();
+    let store = open_store(backend);
+    for (i, mode) in [Mode::Native, Mode::Sandboxed, Mode::SandboxedPlain]
+        .into_iter()
+        .enumerate()
+    {
+        let location = ArchiveLocation::new(
+            store.faults.clone(),
+            &format!("{PREFIX}/{}", mode.name()),
+            store.location.url(),
+        );
+        let vfs = mem_vfs();
+        let (wal, _) = Wal::open(vfs.clone(), DIR, options(), mode).unwrap();
+        // No sealing by age: only a full segment or the close ships.
+        let quiet = no_truncation()
+            .with_seal_age_max(None)
+            .with_poll_interval(Duration::from_millis(5));
+        let running = attach(&rt, &location, &vfs, &wal, quiet)
+            .unwrap()
+            .spawn()
+            .unwrap();
+        let acknowledged = 150 + 7 * i as u64;
+        commit(&wal, 0..acknowledged);
+        let sealed = sealed_end(&vfs);
+        assert!(
+            sealed < acknowledged,
+            "the test needs records in the active segment"
+        );
+        assert!(running.wait_archived(LogSeq(sealed), Duration::from_secs(10)));
+        assert_eq!(
+            running.status().archived_next,
+            LogSeq(sealed),
+            "the active segment shipped before the close"
+        );
+
+        let (archiver, shipped) = running.close();
+        assert_eq!(shipped.unwrap(), LogSeq(acknowledged), "{}", mode.name());
+        assert_eq!(archiver.status().archived_next, LogSeq(acknowledged));
+        let (target, restored) = restore_all(&rt, &location, None);
+        assert_eq!(restored.unwrap().next_seq, acknowledged);
+        assert_eq!(records(&target, "restored"), expected(0..acknowledged));
+        // The log goes on, in a new segment.
+        commit(&wal, acknowledged..acknowledged + 3);
+    }
+}
+
+/// Dropping a running archiver closes it: the tail is shipped as by `close`.
+fn a_dropped_running_archiver_ships_the_tail_too(backend: Backend) {
+    let rt = runtime();
+    let store = open_store(backend);
+    let location = store.location.clone();
+    let vfs = mem_vfs();
+    let (wal, _) = Wal::open(vfs.clone(), DIR, options(), Mode::Native).unwrap();
+    let quiet = no_truncation()
+        .with_seal_age_max(None)
+        .with_poll_interval(Duration::from_millis(5));
+    let running = attach(&rt, &location, &vfs, &wal, quiet)
+        .unwrap()
+        .spawn()
+        .unwrap();
+    commit(&wal, 0..130);
+    drop(running);
+    let (target, restored) = restore_all(&rt, &store.new_client(), None);
+    assert_eq!(restored.unwrap().next_seq, 130);
+    assert_eq!(records(&target, "restored"), expected(0..130));
+}
+
+/// With the store down, a close gives up at its timeout with a typed error that says what is
+/// only local, and the records stay on the disk; once the store is back, a second close ships
+/// them.
+#[test]
+fn a_close_with_the_store_down_times_out_with_what_is_only_local() {
+    let rt = runtime();
+    let (faults, location) = memory_store();
+    let (vfs, wal, mut archiver) = archived_log(
+        &rt,
+        &location,
+        no_truncation()
+            .with_seal_age_max(None)
+            .with_close_timeout(Duration::from_millis(300)),
+    );
+    commit(&wal, 0..140);
+    faults.set_down(true);
+    let started = std::time::Instant::now();
+    let failed = rt.block_on(archiver.close()).unwrap_err();
+    let took = started.elapsed();
+    match &failed {
+        ArchiveError::CloseTimedOut {
+            archived_next,
+            end,
+            last_error,
+            ..
+        } => {
+            assert_eq!((*archived_next, *end), (0, 140), "{failed}");
+            assert!(last_error.is_some(), "{failed}");
+        }
+        other => panic!("{other}"),
+    }
+    assert!(
+        took < Duration::from_secs(5),
+        "a 300 ms close took {took:?}"
+    );
+    assert!(!failed.is_terminal());
+    assert_eq!(sealed_end(&vfs), 140, "the close sealed the active segment");
+    assert_eq!(
+        records(&vfs, DIR),
+        expected(0..140),
+        "nothing left the disk"
+    );
+
+    faults.set_down(false);
+    assert_eq!(rt.block_on(archiver.close()).unwrap(), LogSeq(140));
+    let (target, restored) = restore_all(&rt, &location, None);
+    assert_eq!(restored.unwrap().next_seq, 140);
+    assert_eq!(records(&target, "restored"), expected(0..140));
 }
 
 #[test]

@@ -26,6 +26,18 @@ fn runtime() -> &'static Runtime {
     Runtime::get().unwrap()
 }
 
+/// The address space of this process, from `/proc/self/status`, in bytes.
+fn address_space_now() -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap();
+    let line = status.lines().find(|l| l.starts_with("VmSize:")).unwrap();
+    let kib: u64 = line.split_whitespace().nth(1).unwrap().parse().unwrap();
+    kib * 1024
+}
+
+/// The most address space one sandboxed log may take (issue 45's target): wasmtime's default
+/// reservation alone is 4 GiB.
+const ADDRESS_SPACE_PER_LOG_MAX: u64 = 256 << 20;
+
 /// The threads of this process, from `/proc/self/task`.
 fn threads_now() -> usize {
     std::fs::read_dir("/proc/self/task").unwrap().count()
@@ -35,7 +47,8 @@ fn threads_now() -> usize {
 /// commit; then 8 threads commit durably round-robin across all of them, with tasks' non-durable
 /// commits in between, and every log is reopened and read back. The process gains at most
 /// [`WORKERS_MAX`] threads (plus the 8 it starts itself) whatever the number of logs, and every
-/// acknowledged record is on disk.
+/// acknowledged record is on disk. Each log takes at most [`ADDRESS_SPACE_PER_LOG_MAX`] of
+/// address space.
 #[test]
 fn four_hundred_sandboxed_logs_share_two_worker_threads_and_keep_every_commit() {
     const LOGS: usize = 400;
@@ -43,10 +56,18 @@ fn four_hundred_sandboxed_logs_share_two_worker_threads_and_keep_every_commit() 
     const ROUNDS: u64 = 3;
     let runtime = runtime();
     let root = tempfile::tempdir().unwrap();
-    let threads_before = threads_now();
     let options = WalOptions::new(DurabilityPolicy::FullSync)
         .with_retained_bytes_max(0)
         .with_segment_bytes(Some(1 << 20));
+    // The components compiled (or loaded) first: compiling starts wasmtime's own threads, which
+    // are the process's, not the logs'.
+    {
+        let warm = tempfile::tempdir().unwrap();
+        let vfs = Arc::new(RealFs::open_root(warm.path()).unwrap());
+        Wal::create(vfs, "log", options, Mode::Sandboxed).unwrap();
+    }
+    let threads_before = threads_now();
+    let address_space_before = address_space_now();
     let logs: Vec<Wal> = (0..LOGS)
         .map(|i| {
             let dir = root.path().join(format!("t{i}"));
@@ -58,6 +79,12 @@ fn four_hundred_sandboxed_logs_share_two_worker_threads_and_keep_every_commit() 
         })
         .collect();
     let threads_open = threads_now();
+    let address_space_per_log = (address_space_now() - address_space_before) / LOGS as u64;
+    assert!(
+        address_space_per_log <= ADDRESS_SPACE_PER_LOG_MAX,
+        "{} MiB of address space per open log",
+        address_space_per_log >> 20
+    );
     let (running, max) = runtime.worker_threads();
     assert_eq!(max, WORKERS_MAX);
     assert!(running <= WORKERS_MAX, "{running} workers");

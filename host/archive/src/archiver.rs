@@ -27,6 +27,10 @@
 //!   [`ArchiveOptions::unarchived_bytes_max`], and then commits fail with
 //!   [`stele_host::archive_gate::ArchiveBacklog`].
 //!
+//! A clean shutdown ships the active segment too ([`Archiver::close`], [`RunningArchiver::close`]
+//! and its drop): the log is flushed and sealed and rounds run until the archive covers
+//! everything acknowledged, within [`ArchiveOptions::close_timeout`].
+//!
 //! The RPO (what a machine loss can take) is the records of the active segment plus any
 //! sealed ones not yet uploaded. In size, it is bounded by the segment size and the backlog
 //! bound; in time, by `seal_age_max`: a record durable at time t is in an object named by a
@@ -85,6 +89,16 @@ pub const POLL_INTERVAL_DEFAULT: Duration = Duration::from_millis(100);
 /// Litestream ships every second, pgBackRest's `archive_timeout` is often a minute.
 pub const SEAL_AGE_MAX_DEFAULT: Duration = Duration::from_secs(60);
 
+/// How long a close ([`Archiver::close`], [`RunningArchiver::close`], a dropped
+/// [`RunningArchiver`]) may spend shipping the log's tail, unless configured: long enough for
+/// one segment (64 MiB at most) to a remote store at tens of MB/s with retries, short enough
+/// that a shutdown does not hang on a store that is down.
+pub const CLOSE_TIMEOUT_DEFAULT: Duration = Duration::from_secs(30);
+
+/// The longest a close waits between rounds that did not reach the end: a retry of a failed
+/// request should not wait a whole poll interval when the close's bound is short.
+const CLOSE_RETRY_PAUSE_MAX: Duration = Duration::from_millis(50);
+
 /// How an [`Archiver`] behaves. `#[non_exhaustive]`: start from `ArchiveOptions::default()`
 /// and change what you need with the `with_*` setters.
 #[derive(Clone, Debug)]
@@ -104,6 +118,8 @@ pub struct ArchiveOptions {
     /// Seal the active segment once it has held a durable record this long (see the module
     /// doc for the cost); `None` ships a segment only when it fills.
     pub seal_age_max: Option<Duration>,
+    /// The bound on a close's shipping of the log's tail (see [`Archiver::close`]).
+    pub close_timeout: Duration,
 }
 
 impl Default for ArchiveOptions {
@@ -115,11 +131,18 @@ impl Default for ArchiveOptions {
             uploads_in_flight: UPLOADS_IN_FLIGHT_DEFAULT,
             poll_interval: POLL_INTERVAL_DEFAULT,
             seal_age_max: Some(SEAL_AGE_MAX_DEFAULT),
+            close_timeout: CLOSE_TIMEOUT_DEFAULT,
         }
     }
 }
 
 impl ArchiveOptions {
+    /// These options with another bound on a close's shipping of the tail.
+    pub fn with_close_timeout(mut self, close_timeout: Duration) -> Self {
+        self.close_timeout = close_timeout;
+        self
+    }
+
     /// These options refusing commits at another unarchived backlog.
     pub fn with_unarchived_bytes_max(mut self, unarchived_bytes_max: u64) -> Self {
         self.unarchived_bytes_max = unarchived_bytes_max;
@@ -430,6 +453,52 @@ impl Archiver {
         result
     }
 
+    /// Ships the log's tail, for a clean shutdown: flushes the log (a non-durable commit
+    /// becomes durable), seals its active segment so that every durable record lies in a
+    /// sealed one, and runs rounds until the archive's manifest covers every record before the
+    /// new active segment, within [`ArchiveOptions::close_timeout`]. Returns that end: after
+    /// `Ok`, every record the log acknowledged before the close is in the archive. The log
+    /// stays open and the archiver attached; commits after the close go to the new segment.
+    ///
+    /// # Errors
+    /// [`ArchiveError::CloseTimedOut`] if the rounds did not get there in time (the store is
+    /// down, say: they are retried until the bound); the log's error if the flush or the seal
+    /// failed (a poisoned writer); [`ArchiveError::Stopped`] or a terminal error if the
+    /// archiver stopped.
+    pub async fn close(&mut self) -> Result<LogSeq, ArchiveError> {
+        let timeout = self.options.close_timeout;
+        let deadline = tokio::time::Instant::now() + timeout;
+        self.wal.flush()?;
+        self.wal.seal_active_segment()?;
+        let end = self.wal.stats()?.durable_end;
+        loop {
+            if self.gate.archived_next() >= end {
+                return Ok(end);
+            }
+            let round = tokio::time::timeout_at(deadline, self.archive_round()).await;
+            match round {
+                Ok(Err(error)) if error.is_terminal() => return Err(error),
+                // Transient (kept as `last_error`): retried until the deadline.
+                Ok(_) => {}
+                Err(_elapsed) => {}
+            }
+            if self.gate.archived_next() >= end {
+                return Ok(end);
+            }
+            if tokio::time::Instant::now() >= deadline {
+                return Err(ArchiveError::CloseTimedOut {
+                    timeout,
+                    archived_next: self.gate.archived_next().0,
+                    end: end.0,
+                    last_error: self.last_error.clone(),
+                });
+            }
+            // A failed round: wait a little before the next, as the running archiver does.
+            let pause = self.options.poll_interval.min(CLOSE_RETRY_PAUSE_MAX);
+            tokio::time::sleep_until(deadline.min(tokio::time::Instant::now() + pause)).await;
+        }
+    }
+
     /// Seals the active segment (the last of `live`) if it has held a durable record for
     /// `seal_age_max`; says whether it did.
     fn seal_if_aged(&mut self, live: &[LogSeq], now: u64) -> Result<bool, ArchiveError> {
@@ -725,10 +794,10 @@ impl Archiver {
     }
 
     /// Runs rounds on a thread of its own, every [`ArchiveOptions::poll_interval`], until
-    /// [`RunningArchiver::stop`].
+    /// [`RunningArchiver::close`] (or its drop) ships the tail, or [`RunningArchiver::stop`].
     pub fn spawn(self) -> std::io::Result<RunningArchiver> {
         let status = Arc::new(Mutex::new(self.status()));
-        let (stop_tx, stop_rx) = mpsc::channel::<()>();
+        let (exit_tx, exit_rx) = mpsc::channel::<Exit>();
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()?;
@@ -738,35 +807,58 @@ impl Archiver {
             .spawn(move || {
                 let mut archiver = self;
                 let poll = archiver.options.poll_interval;
-                loop {
+                let exit = loop {
                     let _ = runtime.block_on(archiver.archive_round());
                     *shared.lock().unwrap_or_else(PoisonError::into_inner) = archiver.status();
-                    match stop_rx.recv_timeout(poll) {
+                    match exit_rx.recv_timeout(poll) {
                         Err(mpsc::RecvTimeoutError::Timeout) => {}
-                        Ok(()) | Err(mpsc::RecvTimeoutError::Disconnected) => break,
+                        Ok(exit) => break exit,
+                        // The handle is gone without saying how (it cannot be: its drop
+                        // closes); ship the tail, as a drop does.
+                        Err(mpsc::RecvTimeoutError::Disconnected) => break Exit::Close,
                     }
-                }
-                // A last round, so that what sealed before the stop is archived.
-                if archiver.stopped.is_none() {
-                    let _ = runtime.block_on(archiver.archive_round());
-                }
+                };
+                let shipped = match exit {
+                    Exit::Close => Some(runtime.block_on(archiver.close())),
+                    // A last round, so that what sealed before the stop is archived.
+                    Exit::Stop => {
+                        if archiver.stopped.is_none() {
+                            let _ = runtime.block_on(archiver.archive_round());
+                        }
+                        None
+                    }
+                };
                 *shared.lock().unwrap_or_else(PoisonError::into_inner) = archiver.status();
-                archiver
+                (archiver, shipped)
             })?;
         Ok(RunningArchiver {
             status,
-            stop: Some(stop_tx),
+            exit: Some(exit_tx),
             thread: Some(thread),
         })
     }
 }
 
-/// An [`Archiver`] running on its own thread ([`Archiver::spawn`]).
+/// How a [`RunningArchiver`]'s thread ends.
+enum Exit {
+    /// After one last round.
+    Stop,
+    /// After [`Archiver::close`].
+    Close,
+}
+
+/// What a [`RunningArchiver`]'s thread hands back: the archiver, and the close's outcome if it
+/// closed.
+type Joined = (Archiver, Option<Result<LogSeq, ArchiveError>>);
+
+/// An [`Archiver`] running on its own thread ([`Archiver::spawn`]). Dropping it closes it
+/// ([`RunningArchiver::close`]: the log's tail is shipped, within
+/// [`ArchiveOptions::close_timeout`]), logging a failure; call `close` to see the outcome.
 #[derive(Debug)]
 pub struct RunningArchiver {
     status: Arc<Mutex<ArchiverStatus>>,
-    stop: Option<mpsc::Sender<()>>,
-    thread: Option<std::thread::JoinHandle<Archiver>>,
+    exit: Option<mpsc::Sender<Exit>>,
+    thread: Option<std::thread::JoinHandle<Joined>>,
 }
 
 impl RunningArchiver {
@@ -794,26 +886,47 @@ impl RunningArchiver {
         }
     }
 
-    /// Stops it after one last round, and hands the archiver back.
-    pub fn stop(mut self) -> Archiver {
-        self.stop_and_join()
-            .expect("the archiver thread is joined only here")
+    /// Ships the log's tail ([`Archiver::close`]: flush, seal the active segment, archive it,
+    /// within [`ArchiveOptions::close_timeout`]), then stops the thread and hands the archiver
+    /// back with the close's outcome: `Ok(end)` when every record before `end` (everything
+    /// the log acknowledged before the close) is in the archive.
+    pub fn close(mut self) -> (Archiver, Result<LogSeq, ArchiveError>) {
+        let (archiver, shipped) = self
+            .join(Exit::Close)
+            .expect("the archiver thread is joined only here");
+        let shipped = shipped.expect("a close's thread reports its outcome");
+        (archiver, shipped)
     }
 
-    fn stop_and_join(&mut self) -> Option<Archiver> {
-        drop(self.stop.take());
+    /// Stops it after one last round, without sealing the active segment, and hands the
+    /// archiver back: the active segment's records stay local only. See [`Self::close`].
+    pub fn stop(mut self) -> Archiver {
+        self.join(Exit::Stop)
+            .expect("the archiver thread is joined only here")
+            .0
+    }
+
+    fn join(&mut self, exit: Exit) -> Option<Joined> {
+        if let Some(sender) = self.exit.take() {
+            let _ = sender.send(exit);
+        }
         let thread = self.thread.take()?;
         match thread.join() {
-            Ok(archiver) => Some(archiver),
+            Ok(joined) => Some(joined),
             Err(panic) => std::panic::resume_unwind(panic),
         }
     }
 }
 
 impl Drop for RunningArchiver {
+    /// Closes it: ships the log's tail within [`ArchiveOptions::close_timeout`], logging a
+    /// failure (call [`RunningArchiver::close`] to get it instead).
     fn drop(&mut self) {
-        if !std::thread::panicking() {
-            let _ = self.stop_and_join();
+        if std::thread::panicking() {
+            return;
+        }
+        if let Some((_, Some(Err(error)))) = self.join(Exit::Close) {
+            tracing::warn!(%error, "closing the archiver did not ship the log's tail");
         }
     }
 }

@@ -136,6 +136,22 @@ pub enum ArchiveError {
         /// Why.
         reason: &'static str,
     },
+    /// A close ([`crate::Archiver::close`]) did not ship the log's tail within its timeout:
+    /// the records from `archived_next` up to `end` are on the local disk only.
+    #[error(
+        "the archive's tail was not shipped within {timeout:?}: records {archived_next} up to {end} are only local{}",
+        last_error.as_ref().map(|e| format!(" (last error: {e})")).unwrap_or_default()
+    )]
+    CloseTimedOut {
+        /// The close's bound ([`crate::ArchiveOptions::close_timeout`]).
+        timeout: std::time::Duration,
+        /// Every record before it is archived.
+        archived_next: u64,
+        /// Every record before it was to be archived: the log's durable end at the close.
+        end: u64,
+        /// The last round's error, if it failed.
+        last_error: Option<String>,
+    },
     /// The archiver stopped earlier (fenced, diverged or shut down) and does no more work.
     #[error("the archiver has stopped: {reason}")]
     Stopped {

@@ -44,8 +44,8 @@ pub mod restore;
 pub mod tail;
 
 pub use archiver::{
-    ArchiveOptions, Archiver, ArchiverStats, ArchiverStatus, RoundReport, RunningArchiver,
-    SEAL_AGE_MAX_DEFAULT,
+    ArchiveOptions, Archiver, ArchiverStats, ArchiverStatus, CLOSE_TIMEOUT_DEFAULT, RoundReport,
+    RunningArchiver, SEAL_AGE_MAX_DEFAULT,
 };
 pub use error::ArchiveError;
 pub use location::ArchiveLocation;

@@ -41,6 +41,18 @@ enum Probe {
         mode: Mode,
         log: PathBuf,
     },
+    /// One row of the tenants table, in a process of its own.
+    #[command(hide = true)]
+    TenantsProbe {
+        #[arg(value_parser = parse_mode)]
+        mode: Mode,
+        logs: usize,
+        dir: PathBuf,
+        /// Run on an engine with wasmtime's pooling allocator
+        /// (`Runtime::pooling_config`), sized for the logs.
+        #[arg(long)]
+        pooled: bool,
+    },
 }
 
 // The same reading of `STELE_CODE_CACHE`, `XDG_CACHE_HOME` and `HOME` as the `stele` tool's.
@@ -72,17 +84,37 @@ fn cold_start_append(mode: Mode, log: &Path) -> Result<()> {
     Ok(())
 }
 
+/// The runtime every command runs on: Stele's own engine with the code cache the environment
+/// names, or for a pooled tenants probe, an engine on `Runtime::pooling_config` with a slot for
+/// every log (and the one that warms the runtime).
+fn runtime_options(probe: &Option<Probe>) -> Result<stele_host::runtime::RuntimeOptions> {
+    use stele_host::runtime::{Runtime, RuntimeOptions, SandboxLimits};
+    let options = RuntimeOptions::default().with_code_cache_dir(code_cache_env::code_cache_dir());
+    Ok(match probe {
+        Some(Probe::TenantsProbe {
+            logs, pooled: true, ..
+        }) => {
+            let slots = u32::try_from(*logs + 1).context("too many logs for one pool")?;
+            let config = Runtime::pooling_config(&SandboxLimits::default(), slots);
+            options.with_engine(wasmtime::Engine::new(&config)?)
+        }
+        _ => options,
+    })
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    let result = stele_host::runtime::Runtime::init(
-        stele_host::runtime::RuntimeOptions::default()
-            .with_code_cache_dir(code_cache_env::code_cache_dir()),
-    )
-    .context("starting the sandbox runtime")
-    .and_then(|_| match cli.probe {
-        Some(Probe::ColdStartAppend { mode, log }) => cold_start_append(mode, &log),
-        None => cli.options.run(),
-    });
+    let result = runtime_options(&cli.probe)
+        .and_then(|options| {
+            stele_host::runtime::Runtime::init(options).context("starting the sandbox runtime")
+        })
+        .and_then(|_| match cli.probe {
+            Some(Probe::ColdStartAppend { mode, log }) => cold_start_append(mode, &log),
+            Some(Probe::TenantsProbe {
+                mode, logs, dir, ..
+            }) => bench::tenants_probe(mode, logs, &dir),
+            None => cli.options.run(),
+        });
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(err) => {

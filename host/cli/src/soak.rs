@@ -125,8 +125,13 @@ pub(crate) fn wal_soak(
         outcome
     });
     if let Some(archiver) = archiver {
-        let status = archiver.stop().status();
+        // A clean exit ships the active segment too: everything acknowledged is archived.
+        let (archiver, shipped) = archiver.close();
+        let status = archiver.status();
         println!("archived {}", status.archived_next.0);
+        if let Err(error) = shipped {
+            eprintln!("stele: the log's tail was not archived: {error}");
+        }
         if let Some(reason) = status.stopped {
             eprintln!("stele: the archiver stopped: {reason}");
         }

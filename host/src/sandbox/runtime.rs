@@ -17,7 +17,7 @@ use std::time::Duration;
 
 use stele::vfs::Vfs;
 use wasmtime::component::{Component, Linker, ResourceTable};
-use wasmtime::{Config, Engine, ResourceLimiter, Store, UpdateDeadline};
+use wasmtime::{Config, Engine, PoolingAllocationConfig, ResourceLimiter, Store, UpdateDeadline};
 use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
 
 use super::error::SandboxError;
@@ -42,6 +42,26 @@ pub const MEMORY_BYTES_MAX_DEFAULT: usize = 256 << 20;
 
 pub use crate::embed::imports::OPEN_FILES_MAX_DEFAULT;
 
+/// The address space [`Runtime::default_config`] reserves for one instance's linear memory up
+/// front, in place of wasmtime's 4 GiB (which ended a process near 32,000 logs, 3.97 TiB at
+/// 1,000). It covers what the engine keeps in memory at the defaults without moving: its
+/// starting memory (about 1.3 MiB), a group under full sync (16 MiB), the retained records
+/// (64 MiB) and a replay window. A memory that outgrows it (a larger
+/// [`SandboxLimits::memory_bytes_max`] used in full) is moved once, copied into a new
+/// reservation with [`MEMORY_GROWTH_RESERVATION_BYTES`] to spare. Below 4 GiB, wasmtime bounds-
+/// checks each access explicitly instead of relying on guard pages (measured: see
+/// `docs/BENCHMARKS.md`, "Many logs").
+pub const MEMORY_RESERVATION_BYTES: u64 = 128 << 20;
+
+/// The unmapped guard after a linear memory, in place of wasmtime's 32 MiB: with explicit
+/// bounds checks it only lets accesses at a constant offset share one check, and the engine's
+/// constant offsets (struct fields) are far below 2 MiB.
+pub const MEMORY_GUARD_BYTES: u64 = 2 << 20;
+
+/// The room reserved beyond a memory that outgrew [`MEMORY_RESERVATION_BYTES`] and moved, in
+/// place of wasmtime's 2 GiB: each later growth past it moves the memory again.
+pub const MEMORY_GROWTH_RESERVATION_BYTES: u64 = 64 << 20;
+
 /// How often the epoch ticker advances the engine's epoch, once some instance has a
 /// [`SandboxLimits::busy_deadline`]: the resolution of that deadline. A guest stuck in a loop
 /// is interrupted between `busy_deadline` and `busy_deadline` + 2 ticks after it last touched
@@ -52,6 +72,20 @@ pub const EPOCH_TICK: Duration = Duration::from_millis(2);
 /// Most table elements one instance may grow to. The component needs a few hundred (its
 /// function table); the bound only stops a guest from growing tables without end.
 pub const TABLE_ELEMENTS_MAX: usize = 1 << 16;
+
+/// The size of a WebAssembly page: a pooled memory's bound is rounded up to it.
+const WASM_PAGE_BYTES: u64 = 64 << 10;
+
+/// Core instances in one instance of either Stele component (the engine's module and the
+/// canonical-ABI shims wasmtime adds), for [`Runtime::pooling_config`]: counted, with room.
+pub const CORE_INSTANCES_PER_COMPONENT: u32 = 8;
+
+/// Linear memories in one instance of either Stele component: the engine's own.
+pub const MEMORIES_PER_COMPONENT: u32 = 1;
+
+/// Tables in one instance of either Stele component (the engine's function table and the
+/// shims' tables): counted, with room.
+pub const TABLES_PER_COMPONENT: u32 = 4;
 
 /// Per-instance limits. Natively ([`crate::Mode::Native`]) there is no instance, and these
 /// do not apply. `#[non_exhaustive]`, so that a new limit is not a breaking change: start from
@@ -376,7 +410,11 @@ impl Runtime {
     }
 
     /// The config of the engine [`Runtime::get`] makes: the component model with its async
-    /// ABI, and epoch interruption for busy deadlines. Everything else is wasmtime's default.
+    /// ABI, epoch interruption for busy deadlines, and small memory reservations
+    /// ([`MEMORY_RESERVATION_BYTES`], [`MEMORY_GUARD_BYTES`],
+    /// [`MEMORY_GROWTH_RESERVATION_BYTES`]). Everything else is wasmtime's default, including
+    /// the on-demand allocator and copy-on-write memory images (an instance's data pages are
+    /// shared until it writes them).
     /// Start from it to make an engine of your own (with a profiler, say) for
     /// [`RuntimeOptions::with_engine`].
     pub fn default_config() -> Config {
@@ -386,6 +424,47 @@ impl Runtime {
         // For the busy deadline: every loop head and function entry checks the epoch. Stores
         // without a deadline never reach theirs.
         config.epoch_interruption(true);
+        // Small instances (see the constants): a log's address space is what its memory may
+        // reach, not wasmtime's 4 GiB default, so that 10,000 logs fit in a process.
+        config.memory_reservation(MEMORY_RESERVATION_BYTES);
+        config.memory_guard_size(MEMORY_GUARD_BYTES);
+        config.memory_reservation_for_growth(MEMORY_GROWTH_RESERVATION_BYTES);
+        config
+    }
+
+    /// A config for an engine that runs up to `instances_max` Stele instances (and
+    /// [`crate::embed`] stores of the embedder's own) at once from wasmtime's pooling
+    /// allocator, each memory bounded by `limits.memory_bytes_max`: [`Runtime::default_config`]
+    /// with the pool sized for Stele's components. The pool reserves its address space up
+    /// front (`instances_max` × the memory bound, rounded up to 64 KiB pages, plus
+    /// [`MEMORY_GUARD_BYTES`] each) and instantiates from preallocated slots with copy-on-write
+    /// memory images; an instance past `instances_max` fails to instantiate (wasmtime's error,
+    /// as [`SandboxError::Instantiate`]) until one is dropped. A pooled memory never moves, so
+    /// its reservation is the whole bound. Epoch interruption is on, as in
+    /// [`Runtime::default_config`]: a store of your own on this engine needs an epoch deadline
+    /// (`Store::set_epoch_deadline`), or its first call traps with an interrupt.
+    ///
+    /// Stele's own engine uses the on-demand allocator instead (no cap on instances, nothing
+    /// reserved for instances that do not exist; open latency is the log's I/O either way:
+    /// see `docs/BENCHMARKS.md`, "Many logs"). Pass this to [`RuntimeOptions::with_engine`]
+    /// through [`Engine::new`], or make your own engine from it.
+    pub fn pooling_config(limits: &SandboxLimits, instances_max: u32) -> Config {
+        let mut config = Runtime::default_config();
+        let memory_bytes = (limits.memory_bytes_max as u64).next_multiple_of(WASM_PAGE_BYTES);
+        config.memory_reservation(memory_bytes);
+        config.memory_reservation_for_growth(0);
+        let mut pool = PoolingAllocationConfig::default();
+        pool.total_component_instances(instances_max)
+            .total_core_instances(instances_max.saturating_mul(CORE_INSTANCES_PER_COMPONENT))
+            .max_core_instances_per_component(CORE_INSTANCES_PER_COMPONENT)
+            .total_memories(instances_max.saturating_mul(MEMORIES_PER_COMPONENT))
+            .max_memories_per_component(MEMORIES_PER_COMPONENT)
+            .total_tables(instances_max.saturating_mul(TABLES_PER_COMPONENT))
+            .max_tables_per_component(TABLES_PER_COMPONENT)
+            .total_stacks(instances_max)
+            .table_elements(TABLE_ELEMENTS_MAX)
+            .max_memory_size(limits.memory_bytes_max);
+        config.allocation_strategy(pool);
         config
     }
 

@@ -43,6 +43,8 @@ pub struct BenchArgs {
     pub workloads: Vec<Workload>,
     pub journal_appends: usize,
     pub pushes: usize,
+    /// The counts of open logs the tenants table measures.
+    pub tenants: Vec<usize>,
 }
 
 /// Which tables `stele bench` runs.
@@ -73,6 +75,9 @@ pub enum Workload {
     /// The archiver beside 16 durable writers: upload rate against the writer's, seal-to-
     /// archived lag, restore MB/s, commit p99 with and without it, requests per GiB.
     Archive,
+    /// Many logs in one process (a process per row): open latency, RSS, threads, file
+    /// descriptors and address space per log, and durable commits round-robin across them.
+    Tenants,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq)]

@@ -16,6 +16,9 @@ use stele_host::{Mode, Wal};
 mod archive;
 mod common;
 mod sandbox;
+mod tenants;
+
+pub use tenants::probe as tenants_probe;
 
 pub use common::{BenchArgs, Workload};
 use common::{
@@ -269,9 +272,12 @@ pub struct BenchOptions {
         long,
         value_enum,
         value_delimiter = ',',
-        default_value = "wal,segments,non-durable,recovery,journal,push-log,components,cold-start,plugin,archive"
+        default_value = "wal,segments,non-durable,recovery,journal,push-log,components,cold-start,plugin,archive,tenants"
     )]
     pub(crate) workloads: Vec<Workload>,
+    /// The counts of open logs the tenants table measures, each in a process of its own.
+    #[arg(long, value_delimiter = ',', default_value = "100,1000,10000")]
+    pub(crate) tenants: Vec<usize>,
     /// Journal appends per system.
     #[arg(long, default_value_t = 2000)]
     pub(crate) journal_appends: usize,
@@ -279,7 +285,8 @@ pub struct BenchOptions {
     #[arg(long, default_value_t = 64)]
     pub(crate) pushes: usize,
     /// A short run (under a minute on a 2-core machine): every table and system, with
-    /// 800 commits per row, 400 journal appends and 16 pushes. Noisier; for a smoke check.
+    /// 800 commits per row, 400 journal appends, 16 pushes and at most 100 tenants. Noisier;
+    /// for a smoke check.
     #[arg(long)]
     pub(crate) quick: bool,
 }
@@ -307,6 +314,11 @@ impl BenchOptions {
                 self.pushes.min(16)
             } else {
                 self.pushes
+            },
+            tenants: if quick {
+                self.tenants.into_iter().filter(|&n| n <= 100).collect()
+            } else {
+                self.tenants
             },
         };
         match self.dir {
@@ -368,6 +380,10 @@ pub fn run(dir: &Path, args: &BenchArgs) -> Result<()> {
     if args.workloads.contains(&Workload::Archive) {
         progress().set_message("archive");
         archive::archive_table(dir, args, json.as_mut())?;
+    }
+    if args.workloads.contains(&Workload::Tenants) {
+        progress().set_message("tenants");
+        tenants::tenants_table(dir, &args.tenants)?;
     }
     progress().finish_and_clear();
     Ok(())

@@ -1,0 +1,311 @@
+//! `stele bench --workloads tenants`: many logs in one process. For each count of logs and each
+//! mode (native as the reference), a new process (this binary's hidden `tenants-probe`) opens
+//! that many logs, each in a directory of its own under 1 MiB segments and full sync, makes one
+//! durable commit in each, and reports what the logs cost it: open latency, resident memory,
+//! threads, file descriptors and address space, from `/proc/self` (RSS counts a page shared
+//! by many instances, a copy-on-write memory image's, once per instance; PSS divides it among
+//! them, and is what the logs cost the machine); then [`COMMITTERS`] threads
+//! commit durably round-robin across every log for [`ROUND_ROBIN`]. A process per row, so
+//! that one row's memory and threads are not the next one's. The sandboxed modes run on
+//! Stele's own engine (the on-demand allocator, small reservations) and, as "(pooled)", on
+//! `Runtime::pooling_config` with a slot per log: the choice between the two is made here.
+//!
+//! What it does not measure yet: registered logs that hibernate (issue 45, items 3 and 4).
+
+use std::path::Path;
+use std::process::Command;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result};
+use stele::wal::{DurabilityPolicy, WalOptions};
+use stele_host::fs::RealFs;
+use stele_host::{Mode, Wal};
+
+use super::common::{percentile, println};
+
+/// Threads committing round-robin across every open log.
+pub(crate) const COMMITTERS: usize = 16;
+
+/// How long the round-robin commits run in each process.
+pub(crate) const ROUND_ROBIN: Duration = Duration::from_secs(3);
+
+/// Segment size of every log: small, as a tenant's log is.
+const SEGMENT_BYTES: u64 = 1 << 20;
+
+/// Rounds per row, modes alternated within each round; the table gives medians.
+const ROUNDS: usize = 3;
+
+/// What one probe process measured, printed as one JSON line.
+#[derive(Default)]
+struct Probe {
+    open_us: Vec<f64>,
+    rss_before: u64,
+    rss_open: u64,
+    pss_before: u64,
+    pss_open: u64,
+    vm_open: u64,
+    threads_open: u64,
+    threads_before: u64,
+    fds_before: u64,
+    fds_open: u64,
+    commits: u64,
+    seconds: f64,
+}
+
+/// A field of `/proc/self/smaps_rollup` (`Pss`, `Private_Dirty`), in bytes.
+fn rollup(field: &str) -> Result<u64> {
+    let rollup = std::fs::read_to_string("/proc/self/smaps_rollup")?;
+    let line = rollup
+        .lines()
+        .find(|l| l.starts_with(&format!("{field}:")))
+        .with_context(|| format!("{field} in /proc/self/smaps_rollup"))?;
+    let kib: u64 = line.split_whitespace().nth(1).context("a value")?.parse()?;
+    Ok(kib * 1024)
+}
+
+/// A field of `/proc/self/status` (`VmRSS`, `VmSize`, `Threads`), in bytes for sizes.
+fn status(field: &str) -> Result<u64> {
+    let status = std::fs::read_to_string("/proc/self/status")?;
+    let line = status
+        .lines()
+        .find(|l| l.starts_with(&format!("{field}:")))
+        .with_context(|| format!("{field} in /proc/self/status"))?;
+    let mut words = line.split_whitespace().skip(1);
+    let value: u64 = words.next().context("a value")?.parse()?;
+    Ok(match words.next() {
+        Some("kB") => value * 1024,
+        _ => value,
+    })
+}
+
+fn fds() -> Result<u64> {
+    Ok(std::fs::read_dir("/proc/self/fd")?.count() as u64)
+}
+
+/// Raises this process's soft limit on open files to its hard limit: the bench measures what
+/// logs cost, not the shell's default soft limit.
+fn raise_open_files_limit() {
+    // SAFETY: getrlimit and setrlimit read and write the one struct they are given.
+    unsafe {
+        let mut limit: libc::rlimit = std::mem::zeroed();
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) == 0 {
+            limit.rlim_cur = limit.rlim_max;
+            libc::setrlimit(libc::RLIMIT_NOFILE, &limit);
+        }
+    }
+}
+
+/// The hidden `tenants-probe` subcommand: opens `logs` logs under `dir` in `mode`, measures,
+/// commits round-robin, and prints one JSON line.
+pub fn probe(mode: Mode, logs: usize, dir: &Path) -> Result<()> {
+    raise_open_files_limit();
+    let options = WalOptions::new(DurabilityPolicy::FullSync)
+        .with_retained_bytes_max(0)
+        .with_segment_bytes(Some(SEGMENT_BYTES));
+    // The runtime (and the compiled components) first: their cost is the process's, not the
+    // logs'. One log opened and dropped does that.
+    {
+        let warm = dir.join("warm");
+        std::fs::create_dir_all(&warm)?;
+        let wal = Wal::create(Arc::new(RealFs::open_root(&warm)?), "log", options, mode)?;
+        wal.commit_durable(1, b"warm")?;
+    }
+    let mut probe = Probe {
+        rss_before: status("VmRSS")?,
+        pss_before: rollup("Pss")?,
+        threads_before: status("Threads")?,
+        fds_before: fds()?,
+        ..Probe::default()
+    };
+    let mut wals = Vec::with_capacity(logs);
+    for i in 0..logs {
+        let tenant = dir.join(format!("t{i}"));
+        std::fs::create_dir_all(&tenant)?;
+        let started = Instant::now();
+        let vfs = Arc::new(RealFs::open_root(&tenant)?);
+        let wal = Wal::create(vfs, "log", options, mode)
+            .with_context(|| format!("opening log {i} of {logs}"))?;
+        probe.open_us.push(started.elapsed().as_secs_f64() * 1e6);
+        wal.commit_durable(1, b"first")?;
+        wals.push(wal);
+    }
+    probe.rss_open = status("VmRSS")?;
+    probe.pss_open = rollup("Pss")?;
+    probe.vm_open = status("VmSize")?;
+    probe.threads_open = status("Threads")?;
+    probe.fds_open = fds()?;
+
+    let wals = Arc::new(wals);
+    let stop = Arc::new(AtomicBool::new(false));
+    let commits = Arc::new(AtomicU64::new(0));
+    let started = Instant::now();
+    let committers: Vec<_> = (0..COMMITTERS)
+        .map(|c| {
+            let (wals, stop, commits) = (wals.clone(), stop.clone(), commits.clone());
+            std::thread::spawn(move || -> Result<()> {
+                let mut i = c;
+                while !stop.load(Ordering::Relaxed) {
+                    wals[i % wals.len()].commit_durable(1, &[0xA5; 128])?;
+                    commits.fetch_add(1, Ordering::Relaxed);
+                    i += COMMITTERS;
+                }
+                Ok(())
+            })
+        })
+        .collect();
+    std::thread::sleep(ROUND_ROBIN);
+    stop.store(true, Ordering::Relaxed);
+    for committer in committers {
+        committer.join().expect("a committer panicked")?;
+    }
+    probe.seconds = started.elapsed().as_secs_f64();
+    probe.commits = commits.load(Ordering::Relaxed);
+    let line = serde_json::json!({
+        "open_p50_us": percentile(&probe.open_us, 0.5),
+        "open_p99_us": percentile(&probe.open_us, 0.99),
+        "rss_per_log": (probe.rss_open.saturating_sub(probe.rss_before)) as f64 / logs as f64,
+        "pss_per_log": (probe.pss_open.saturating_sub(probe.pss_before)) as f64 / logs as f64,
+        // The whole process's: a pool reserves its slots before the first log opens.
+        "vm_in_all": probe.vm_open,
+        "threads_before": probe.threads_before,
+        "threads_open": probe.threads_open,
+        "fds_per_log": (probe.fds_open.saturating_sub(probe.fds_before)) as f64 / logs as f64,
+        "durable_per_s": probe.commits as f64 / probe.seconds,
+    });
+    std::println!("{line}");
+    Ok(())
+}
+
+/// A row's system: a mode, on Stele's own engine or on the pooling allocator.
+#[derive(Clone, Copy)]
+struct System {
+    mode: Mode,
+    pooled: bool,
+}
+
+impl System {
+    fn name(&self) -> String {
+        match self.pooled {
+            true => format!("{} (pooled)", self.mode.name()),
+            false => self.mode.name().to_owned(),
+        }
+    }
+}
+
+/// The systems of each count, in the table's order; native first, as the reference.
+const SYSTEMS: [System; 5] = [
+    System {
+        mode: Mode::Native,
+        pooled: false,
+    },
+    System {
+        mode: Mode::Sandboxed,
+        pooled: false,
+    },
+    System {
+        mode: Mode::Sandboxed,
+        pooled: true,
+    },
+    System {
+        mode: Mode::SandboxedPlain,
+        pooled: false,
+    },
+    System {
+        mode: Mode::SandboxedPlain,
+        pooled: true,
+    },
+];
+
+/// One row's figures (a probe's JSON line), or why the probe failed.
+type Outcome = Result<serde_json::Value, String>;
+
+fn run_probe(dir: &Path, system: System, logs: usize) -> Result<Outcome> {
+    let exe = std::env::current_exe().context("this stele-bench binary's path")?;
+    let probe_dir = dir.join(format!("tenants-{}-{logs}", system.mode.name()));
+    let _ = std::fs::remove_dir_all(&probe_dir);
+    std::fs::create_dir_all(&probe_dir)?;
+    let mut command = Command::new(&exe);
+    command
+        .args(["tenants-probe", system.mode.name(), &logs.to_string()])
+        .arg(&probe_dir);
+    if system.pooled {
+        command.arg("--pooled");
+    }
+    let output = command.output()?;
+    std::fs::remove_dir_all(&probe_dir)?;
+    if !output.status.success() {
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        let why = stderr.lines().last().unwrap_or("no message").to_owned();
+        return Ok(Err(why));
+    }
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let line = stdout.lines().last().context("the probe printed nothing")?;
+    Ok(Ok(serde_json::from_str(line)?))
+}
+
+fn median(values: &mut [f64]) -> f64 {
+    values.sort_by(f64::total_cmp);
+    values[values.len() / 2]
+}
+
+/// The table: every count of logs in `counts`, each mode, [`ROUNDS`] rounds with the modes
+/// alternated; medians.
+pub(crate) fn tenants_table(dir: &Path, counts: &[usize]) -> Result<()> {
+    println!(
+        "\n## Many logs in one process: N open logs, one durable commit each, then {COMMITTERS} threads committing durably round-robin for {} s (medians of {ROUNDS} processes)\n",
+        ROUND_ROBIN.as_secs()
+    );
+    println!(
+        "| N | mode | open p50 / p99 ms | RSS per log | PSS per log | threads (before → open) | fds per log | address space of the process | round-robin durable/s | vs native |"
+    );
+    println!("|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|");
+    for &logs in counts {
+        let mut outcomes: Vec<Vec<Outcome>> = vec![Vec::new(); SYSTEMS.len()];
+        for _ in 0..ROUNDS {
+            for (m, system) in SYSTEMS.iter().enumerate() {
+                super::common::progress().set_message(format!(
+                    "tenants: {} logs, {}",
+                    logs,
+                    system.name()
+                ));
+                outcomes[m].push(run_probe(dir, *system, logs)?);
+            }
+        }
+        let mut native_rate = None;
+        for (m, system) in SYSTEMS.iter().enumerate() {
+            let ok: Vec<&serde_json::Value> =
+                outcomes[m].iter().filter_map(|o| o.as_ref().ok()).collect();
+            if ok.len() < outcomes[m].len() {
+                let why = outcomes[m].iter().find_map(|o| o.as_ref().err()).unwrap();
+                println!("| {logs} | {} | fails: `{why}` |||||||| ", system.name());
+                continue;
+            }
+            let field = |name: &str| -> f64 {
+                let mut values: Vec<f64> =
+                    ok.iter().map(|v| v[name].as_f64().unwrap_or(0.0)).collect();
+                median(&mut values)
+            };
+            let rate = field("durable_per_s");
+            if system.mode == Mode::Native {
+                native_rate = Some(rate);
+            }
+            println!(
+                "| {logs} | {} | {:.1} / {:.1} | {:.1} KiB | {:.1} KiB | {:.0} → {:.0} | {:.1} | {:.0} MiB | {:.0} | {} |",
+                system.name(),
+                field("open_p50_us") / 1e3,
+                field("open_p99_us") / 1e3,
+                field("rss_per_log") / 1024.0,
+                field("pss_per_log") / 1024.0,
+                field("threads_before"),
+                field("threads_open"),
+                field("fds_per_log"),
+                field("vm_in_all") / (1024.0 * 1024.0),
+                rate,
+                native_rate.map_or("-".into(), |n| format!("{:.2}x", rate / n)),
+            );
+        }
+    }
+    Ok(())
+}
