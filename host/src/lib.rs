@@ -77,6 +77,7 @@ mod mode;
 pub mod peak_rss;
 mod push_log;
 pub mod sandbox;
+pub mod tenants;
 mod wal;
 mod workers;
 
@@ -94,6 +95,7 @@ pub use mode::Mode;
 pub use push_log::{PushLog, PushLogCallError, PushLogScan};
 pub use sandbox::{SandboxError, SandboxLimits, code_cache, runtime};
 pub use stele;
+pub use tenants::{TenantState, TenantStats, TenantWal, Tenants, TenantsError, TenantsOptions};
 pub use wal::{AsyncWal, Wal, WalError, WalScan, WalTail, read_wal, read_wal_from};
 /// The wasmtime this crate is built on, so that an embedder names the same `Engine`, `Linker`
 /// and `Store` types. See `docs/EMBEDDING.md`, "Which wasmtime".

@@ -1,14 +1,20 @@
 //! Many logs in one process (issue 45): sandboxed logs share the process's worker threads, so
 //! the threads do not grow with the logs, and nothing acknowledged is lost while few threads
-//! serve many logs. One test per file section; this binary makes its runtime with a small
-//! worker bound, which every test here shares.
+//! serve many logs; the `Tenants` registry keeps 10,000 logs working under a lowered limit on
+//! open files through its budget, hibernates and resumes logs without losing a record, and
+//! holds its root against a second registry in this process or another. This binary makes its
+//! runtime with a small worker bound, which every test here shares.
 
 use std::sync::Arc;
 
-use stele::wal::{DurabilityPolicy, WalOptions};
-use stele_host::fs::RealFs;
+use stele::vfs::Vfs;
+use stele::wal::{DurabilityPolicy, LogSeq, WalOptions};
+use stele_host::fs::{RealFs, SubdirVfs};
 use stele_host::runtime::{Runtime, RuntimeOptions};
-use stele_host::{Mode, Wal, read_wal};
+use stele_host::tenants::TENANT_LOG_PATH;
+use stele_host::{
+    Mode, TenantState, TenantWal, Tenants, TenantsError, TenantsOptions, Wal, read_wal,
+};
 use stele_tests::{TEST_CODE_CACHE_DIR, payload, payload_id};
 
 /// The worker bound this binary runs with: smaller than the logs by far, and than the threads
@@ -154,4 +160,214 @@ fn four_hundred_sandboxed_logs_share_two_worker_threads_and_keep_every_commit() 
         }
         assert_eq!(got, expected, "log {i}");
     }
+}
+
+/// Every record of `tenant`'s log under `root`, read natively, as (writer, index) ids.
+fn tenant_records(root: &std::path::Path, tenant: &str) -> Vec<(u64, u64)> {
+    let root: Arc<dyn Vfs> = Arc::new(RealFs::open_root(root).unwrap());
+    let vfs = Arc::new(SubdirVfs::new(root, tenant).unwrap());
+    let (records, _) = read_wal(vfs, TENANT_LOG_PATH, Mode::Native).unwrap();
+    records.iter().map(|r| payload_id(&r.payload)).collect()
+}
+
+fn small_segments() -> WalOptions {
+    WalOptions::segmented(DurabilityPolicy::FullSync, 64 << 10).with_retained_bytes_max(0)
+}
+
+/// Lowers this process's soft limit on open files to `limit` (the hard limit stays as it is),
+/// so that only the registry's budget keeps the logs below it.
+fn lower_open_files_limit(limit: u64) {
+    // SAFETY: getrlimit and setrlimit read and write the one struct they are given.
+    unsafe {
+        let mut rlimit: libc::rlimit = std::mem::zeroed();
+        assert_eq!(libc::getrlimit(libc::RLIMIT_NOFILE, &mut rlimit), 0);
+        rlimit.rlim_cur = limit.min(rlimit.rlim_max);
+        assert_eq!(libc::setrlimit(libc::RLIMIT_NOFILE, &rlimit), 0);
+    }
+}
+
+/// 10,000 sandboxed logs, each with a durable commit, through a registry whose budget is 500
+/// open logs, with this process's limit on open files lowered to 4,096 (two descriptors per
+/// open log: 10,000 open at once would need 20,000). The budget hibernates the least recently
+/// used; the first 100, resumed after all the others, continue at seq 1; every record is on
+/// disk.
+#[test]
+fn ten_thousand_tenants_fit_under_a_lowered_open_files_limit_through_the_budget() {
+    const TENANTS: usize = 10_000;
+    const BUDGET: usize = 500;
+    const RESUMED: usize = 100;
+    lower_open_files_limit(4096);
+    runtime();
+    let root = tempfile::tempdir().unwrap();
+    let options = TenantsOptions::default()
+        .with_mode(Mode::Sandboxed)
+        .with_wal(small_segments())
+        .with_open_logs_max(BUDGET);
+    let tenants = Tenants::open(root.path(), options).unwrap();
+    for i in 0..TENANTS {
+        let log = tenants.wal(&format!("t{i}")).unwrap();
+        let seq = log.commit_durable(1, &payload(i as u64, 0, 64)).unwrap();
+        assert_eq!(seq, LogSeq(0));
+        assert!(
+            tenants.open_logs() <= BUDGET,
+            "{} open",
+            tenants.open_logs()
+        );
+    }
+    assert_eq!(tenants.registered(), TENANTS);
+    // The registry's descriptors: the root and its lock, and two per open log at most.
+    let root_path = root.path().canonicalize().unwrap();
+    let under_root = std::fs::read_dir("/proc/self/fd")
+        .unwrap()
+        .filter_map(|e| std::fs::read_link(e.unwrap().path()).ok())
+        .filter(|target| target.starts_with(&root_path))
+        .count();
+    assert!(
+        under_root <= 2 + 2 * BUDGET,
+        "{under_root} descriptors under the root"
+    );
+    assert_eq!(
+        tenants.stats("t0").unwrap().state,
+        TenantState::Hibernated,
+        "the least recently used went first"
+    );
+    for i in 0..RESUMED {
+        let log = tenants.wal(&format!("t{i}")).unwrap();
+        let seq = log.commit_durable(1, &payload(i as u64, 1, 64)).unwrap();
+        assert_eq!(seq, LogSeq(1), "tenant {i} resumed at its tail");
+    }
+    let t0 = tenants.stats("t0").unwrap();
+    assert_eq!((t0.opens, t0.hibernations, t0.calls), (2, 1, 2));
+    drop(tenants);
+    for i in 0..TENANTS {
+        let mut expected = vec![(i as u64, 0)];
+        if i < RESUMED {
+            expected.push((i as u64, 1));
+        }
+        assert_eq!(tenant_records(root.path(), &format!("t{i}")), expected);
+    }
+}
+
+/// Hibernating closes the log's files (its descriptors are gone) after making every
+/// acknowledged record durable, a non-durable commit's included; the next call resumes it at
+/// its tail; `idle_after` hibernates through `hibernate_idle`.
+#[test]
+fn a_hibernated_log_holds_no_file_and_resumes_with_every_acknowledged_record() {
+    runtime();
+    for mode in [Mode::Native, Mode::Sandboxed, Mode::SandboxedPlain] {
+        let root = tempfile::tempdir().unwrap();
+        let options = TenantsOptions::default()
+            .with_mode(mode)
+            .with_wal(small_segments())
+            .with_idle_after(Some(std::time::Duration::from_millis(50)));
+        let tenants = Tenants::open(root.path(), options).unwrap();
+        let log: TenantWal = tenants.wal("alice").unwrap();
+        log.commit_durable(1, &payload(0, 0, 64)).unwrap();
+        // Acknowledged, not yet durable: hibernation flushes it.
+        log.commit(1, &payload(0, 1, 64)).unwrap();
+        let dir = root.path().join("alice").canonicalize().unwrap();
+        let descriptors_in = |dir: &std::path::Path| {
+            std::fs::read_dir("/proc/self/fd")
+                .unwrap()
+                .filter_map(|e| std::fs::read_link(e.unwrap().path()).ok())
+                .filter(|target| target.starts_with(dir))
+                .count()
+        };
+        assert!(
+            descriptors_in(&dir) > 0,
+            "{}: the open log's files",
+            mode.name()
+        );
+        assert!(log.hibernate().unwrap());
+        assert_eq!(
+            tenants.stats("alice").unwrap().state,
+            TenantState::Hibernated
+        );
+        assert_eq!(
+            descriptors_in(&dir),
+            0,
+            "{}: a hibernated log's files",
+            mode.name()
+        );
+        assert_eq!(tenant_records(root.path(), "alice"), vec![(0, 0), (0, 1)]);
+
+        assert_eq!(
+            log.commit_durable(1, &payload(0, 2, 64)).unwrap(),
+            LogSeq(2)
+        );
+        assert_eq!(tenants.stats("alice").unwrap().state, TenantState::Open);
+        std::thread::sleep(std::time::Duration::from_millis(80));
+        assert_eq!(tenants.hibernate_idle().unwrap(), 1, "{}", mode.name());
+        assert_eq!(tenants.open_logs(), 0);
+        let stats = tenants.stats("alice").unwrap();
+        assert_eq!((stats.opens, stats.hibernations), (2, 2));
+        assert_eq!(stats.bytes, 3 * 64);
+        drop(tenants);
+        assert_eq!(
+            tenant_records(root.path(), "alice"),
+            vec![(0, 0), (0, 1), (0, 2)]
+        );
+    }
+}
+
+/// The environment variable that makes this test binary the second process of
+/// [`a_second_registry_is_refused_while_a_log_is_hibernated`]: the root it tries.
+const SECOND_PROCESS_ROOT: &str = "STELE_TEST_TENANTS_SECOND_PROCESS_ROOT";
+
+/// While a registry holds a root (its log hibernated, so the log itself holds nothing), a
+/// second registry on that root is refused, in this process and in another; a bad tenant
+/// name is refused before anything is made.
+#[test]
+fn a_second_registry_is_refused_while_a_log_is_hibernated() {
+    if let Ok(root) = std::env::var(SECOND_PROCESS_ROOT) {
+        // The second process: report what opening the root did.
+        match Tenants::open(&root, TenantsOptions::default()) {
+            Err(TenantsError::RootLocked(_)) => println!("second process: refused"),
+            Err(other) => println!("second process: failed otherwise: {other}"),
+            Ok(_) => println!("second process: opened"),
+        }
+        return;
+    }
+    runtime();
+    let root = tempfile::tempdir().unwrap();
+    let options = TenantsOptions::default().with_wal(small_segments());
+    let tenants = Tenants::open(root.path(), options).unwrap();
+    let log = tenants.wal("bob").unwrap();
+    log.commit_durable(1, &payload(1, 0, 64)).unwrap();
+    assert!(log.hibernate().unwrap());
+
+    assert!(matches!(
+        Tenants::open(root.path(), options),
+        Err(TenantsError::RootLocked(_))
+    ));
+    let second = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "a_second_registry_is_refused_while_a_log_is_hibernated",
+            "--nocapture",
+            "--test-threads",
+            "1",
+        ])
+        .env(SECOND_PROCESS_ROOT, root.path())
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&second.stdout);
+    assert!(second.status.success(), "{stdout}");
+    assert!(stdout.contains("second process: refused"), "{stdout}");
+
+    for bad in ["", "..", ".hidden", "a/b", "a b", &"x".repeat(129)] {
+        assert!(
+            matches!(tenants.wal(bad), Err(TenantsError::BadName { .. })),
+            "{bad:?}"
+        );
+    }
+    assert_eq!(
+        log.commit_durable(1, &payload(1, 1, 64)).unwrap(),
+        LogSeq(1)
+    );
+    drop((log, tenants));
+    // Released with the registry: a new one opens the root and finds the log.
+    let tenants = Tenants::open(root.path(), options).unwrap();
+    let log = tenants.wal("bob").unwrap();
+    assert_eq!(log.stats().unwrap().visible_end, LogSeq(2));
 }

@@ -2,6 +2,8 @@
 //!
 //! - [`RealFs`]: the real filesystem, confined to one root directory with cap-std, with real
 //!   `fdatasync`, `fsync`, rename and directory fsync.
+//! - [`SubdirVfs`]: one directory of another `Vfs` as a root of its own (many tenants on one
+//!   open root).
 //! - `FaultFs` (feature `test-support`): an in-memory disk behind a page cache that loses, tears
 //!   and fails what a real one may, for crash tests.
 //!
@@ -11,7 +13,9 @@
 #[cfg(any(test, feature = "test-support"))]
 mod fault;
 mod real;
+mod subdir;
 
 #[cfg(any(test, feature = "test-support"))]
 pub use fault::{CrashPlan, FaultFs, FaultRule, InjectedError, OpKind, SECTOR_BYTES, TraceEntry};
 pub use real::{NAME_BYTES_MAX, PATH_BYTES_MAX, RealFs};
+pub use subdir::SubdirVfs;
