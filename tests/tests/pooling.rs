@@ -15,6 +15,10 @@ use stele_tests::{TEST_CODE_CACHE_DIR, payload, payload_id};
 /// The pool's bound: small, so that the test reaches it.
 const INSTANCES_MAX: u32 = 6;
 
+/// Threads calling one pooled sandboxed log at once, and the calls each makes.
+const CONCURRENT_CALLERS: u64 = 16;
+const CALLS_EACH: u64 = 20;
+
 #[test]
 fn the_pool_serves_both_builds_refuses_past_its_bound_and_reuses_a_freed_slot() {
     let limits = SandboxLimits::default().with_memory_bytes_max(64 << 20);
@@ -46,6 +50,31 @@ fn the_pool_serves_both_builds_refuses_past_its_bound_and_reuses_a_freed_slot() 
         })
         .collect();
 
+    // Sixteen threads at once on one sandboxed log of the full pool: concurrent calls in one
+    // instance take no slot of their own.
+    let busy = logs[0].clone();
+    let threads: Vec<_> = (0..CONCURRENT_CALLERS)
+        .map(|t| {
+            let busy = busy.clone();
+            std::thread::spawn(move || {
+                for i in 0..CALLS_EACH {
+                    // Durable commits share a guest call; non-durable ones are guest tasks of
+                    // their own, in flight beside them.
+                    if t % 2 == 0 {
+                        busy.commit_durable(1, &payload(100 + t, i, 64)).unwrap();
+                    } else {
+                        busy.commit(1, &payload(100 + t, i, 64)).unwrap();
+                    }
+                }
+            })
+        })
+        .collect();
+    for thread in threads {
+        thread.join().unwrap();
+    }
+    busy.flush().unwrap();
+    drop(busy);
+
     let past = INSTANCES_MAX as usize;
     match open(past) {
         Err(WalError::Sandbox(SandboxError::Instantiate(why))) => {
@@ -69,7 +98,15 @@ fn the_pool_serves_both_builds_refuses_past_its_bound_and_reuses_a_freed_slot() 
     for i in 0..=past {
         let vfs = Arc::new(RealFs::open_root(root.path().join(format!("t{i}"))).unwrap());
         let (records, _) = read_wal(vfs, "log", Mode::Native).unwrap();
-        let got: Vec<(u64, u64)> = records.iter().map(|r| payload_id(&r.payload)).collect();
-        assert_eq!(got, vec![(i as u64, 0)], "log {i}");
+        let mut got: Vec<(u64, u64)> = records.iter().map(|r| payload_id(&r.payload)).collect();
+        got.sort();
+        let mut expected = vec![(i as u64, 0)];
+        if i == 0 {
+            for t in 0..CONCURRENT_CALLERS {
+                expected.extend((0..CALLS_EACH).map(|c| (100 + t, c)));
+            }
+        }
+        expected.sort();
+        assert_eq!(got, expected, "log {i}");
     }
 }

@@ -301,7 +301,7 @@ fn until_visible_blocking(wal: &Wal, visible: u64) -> stele::wal::WalWriterStats
 }
 
 /// On a current-thread runtime a lone task drives the instance from its own future while its
-/// sync runs on the I/O thread. Dropping that future mid-sync hands the run to the dispatcher:
+/// sync runs on the instance's I/O lane. Dropping that future mid-sync hands the run to the dispatcher:
 /// the record still becomes durable, and the instance keeps serving.
 fn a_dropped_driver_hands_its_calls_over(mode: Mode) {
     if mode != Mode::Sandboxed {

@@ -5,15 +5,18 @@
 //!
 //! - **Layout.** Tenant `t`'s log is the segmented WAL `t/log` under the root: its directory
 //!   `t/`, seen by the log as a root of its own ([`SubdirVfs`]), so one open directory serves
-//!   every tenant and no tenant's instance can name another's files.
+//!   every tenant and no tenant's instance can name another's files. An open log holds one
+//!   file descriptor (its active segment); its writer lock is held in the registry's table,
+//!   not by a lock file (see "Exclusion").
 //! - **Exclusion.** Opening the registry takes an exclusive lock on [`ROOT_LOCK_NAME`] in the
 //!   root, held for the registry's life: a second registry on the same root, in this process
 //!   or another, is refused ([`TenantsError::RootLocked`]). Within the process, a tenant has
-//!   one slot, so one writer. An open log also holds its own writer lock (its `LOCK` file); a
-//!   hibernated one holds nothing of its own, so it is the root's lock that keeps other
-//!   processes out meanwhile. A process that opens a tenant's directory directly (`Wal::open`
-//!   on `root/t`, not through a registry) is not held off while the log is hibernated: every
-//!   writer of the root must go through [`Tenants`].
+//!   one slot, so one writer; an open log's writer lock (the engine's `LOCK`) is an entry in
+//!   the registry's table, which the root's lock makes enough: no other process writes under
+//!   the root. A hibernated log holds nothing of its own, so it is the root's lock that keeps
+//!   other processes out meanwhile. Code that opens a tenant's directory directly (`Wal::open`
+//!   on `root/t`, not through a registry), in another process or this one, is not held off:
+//!   every writer of the root must go through [`Tenants`].
 //! - **Budget.** At most [`TenantsOptions::open_logs_max`] logs are open at once: resuming
 //!   one past it first hibernates the least recently used open log that has no call in
 //!   flight. If every open log has a call in flight the resume goes ahead over the budget,
@@ -31,13 +34,14 @@
 //!   window, since the flush before hibernation makes every acknowledged record durable and
 //!   the resume recovers exactly what is on disk.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::ops::Range;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
-use stele::vfs::{Vfs, VfsError, VfsLock};
+use stele::vfs::path::check_relative_path;
+use stele::vfs::{OpenMode, Vfs, VfsError, VfsFile, VfsLock};
 use stele::wal::{DurabilityPolicy, LogSeq, WalOptions};
 
 use crate::fs::{RealFs, SubdirVfs};
@@ -51,9 +55,10 @@ pub const ROOT_LOCK_NAME: &str = ".stele-tenants.lock";
 /// The log's path in its tenant's directory.
 pub const TENANT_LOG_PATH: &str = "log";
 
-/// Default of [`TenantsOptions::open_logs_max`]: each open log holds two file descriptors (its
-/// active segment and its writer lock), so 1,024 fit the common soft limit of 4,096 with room
-/// for the embedder's own, the way RocksDB's `max_open_files` is sized.
+/// Default of [`TenantsOptions::open_logs_max`]: each open log holds one file descriptor (its
+/// active segment; a rotation briefly holds the next one too), so 1,024 fit the common soft
+/// limit of 4,096 with room for the embedder's own, the way RocksDB's `max_open_files` is
+/// sized.
 pub const OPEN_LOGS_MAX_DEFAULT: usize = 1024;
 
 /// Longest tenant name, in bytes: a directory name on every filesystem Stele runs on.
@@ -209,6 +214,8 @@ struct Registry {
     slots: Mutex<HashMap<String, Arc<Slot>>>,
     /// The open ones: the candidates for hibernation.
     open: Mutex<Vec<Arc<Slot>>>,
+    /// The writer locks the tenants' logs hold, by path in the root (see [`TenantVfs`]).
+    locks: Arc<Mutex<HashSet<String>>>,
     /// When the registry was made: `last_used` counts milliseconds from here.
     epoch: Instant,
     /// Held for the registry's life (see the module doc, "Exclusion").
@@ -289,6 +296,7 @@ impl Tenants {
                 options,
                 slots: Mutex::default(),
                 open: Mutex::default(),
+                locks: Arc::default(),
                 epoch: Instant::now(),
                 _root_lock: root_lock,
             }),
@@ -406,7 +414,10 @@ impl Registry {
             Ok(()) | Err(VfsError::AlreadyExists) => {}
             Err(e) => return Err(TenantsError::Root(e)),
         }
-        let vfs = SubdirVfs::new(self.root.clone(), &slot.name).map_err(TenantsError::Root)?;
+        let vfs = TenantVfs {
+            dir: SubdirVfs::new(self.root.clone(), &slot.name).map_err(TenantsError::Root)?,
+            locks: self.locks.clone(),
+        };
         let (wal, _recovery) = Wal::open_with_limits(
             Arc::new(vfs),
             TENANT_LOG_PATH,
@@ -506,6 +517,73 @@ impl Registry {
             }
         }
         Ok(hibernated)
+    }
+}
+
+/// A tenant's directory as its log's root: [`SubdirVfs`], except that a lock is held in the
+/// registry's table instead of by a lock file of its own. The registry's lock on the root
+/// already keeps every other process out, so a tenant's writer lock only has to exclude this
+/// process's other writers: that saves the descriptor a lock file holds, one per open log.
+#[derive(Debug)]
+struct TenantVfs {
+    dir: SubdirVfs,
+    locks: Arc<Mutex<HashSet<String>>>,
+}
+
+/// A writer lock held in the registry's table; dropping it releases it.
+#[derive(Debug)]
+struct TableLock {
+    path: String,
+    locks: Arc<Mutex<HashSet<String>>>,
+}
+
+impl VfsLock for TableLock {}
+
+impl Drop for TableLock {
+    fn drop(&mut self) {
+        lock(&self.locks).remove(&self.path);
+    }
+}
+
+impl Vfs for TenantVfs {
+    fn open(&self, path: &str, mode: OpenMode) -> Result<Box<dyn VfsFile>, VfsError> {
+        self.dir.open(path, mode)
+    }
+
+    fn rename(&self, from: &str, to: &str) -> Result<(), VfsError> {
+        self.dir.rename(from, to)
+    }
+
+    fn sync_dir(&self, dir: &str) -> Result<(), VfsError> {
+        self.dir.sync_dir(dir)
+    }
+
+    fn remove(&self, path: &str) -> Result<(), VfsError> {
+        self.dir.remove(path)
+    }
+
+    fn create_dir(&self, dir: &str) -> Result<(), VfsError> {
+        self.dir.create_dir(dir)
+    }
+
+    fn exists(&self, path: &str) -> Result<bool, VfsError> {
+        self.dir.exists(path)
+    }
+
+    fn list(&self, dir: &str) -> Result<Vec<String>, VfsError> {
+        self.dir.list(dir)
+    }
+
+    fn lock_exclusive(&self, path: &str) -> Result<Box<dyn VfsLock>, VfsError> {
+        check_relative_path(path, false).map_err(|why| VfsError::InvalidPath(why.into()))?;
+        let path = format!("{}/{path}", self.dir.dir());
+        if !lock(&self.locks).insert(path.clone()) {
+            return Err(VfsError::Locked(path));
+        }
+        Ok(Box::new(TableLock {
+            path,
+            locks: self.locks.clone(),
+        }))
     }
 }
 

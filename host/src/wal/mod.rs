@@ -6,8 +6,8 @@
 //! - `Native`: the engine ([`stele::wal::WalWriter`]) is called directly; concurrent threads
 //!   and tasks share group commits.
 //! - `Sandboxed`: the engine runs in the async-ABI component ([`session`]). One instance
-//!   serves every thread and task, driven by the callers themselves and a dispatcher thread
-//!   (`crate::sandbox::store_driver`), and concurrent durable commits share syncs exactly as
+//!   serves every thread and task, driven by the callers themselves and a dispatcher whose
+//!   turns run on the process's shared worker threads (`crate::sandbox::store_driver`), and concurrent durable commits share syncs exactly as
 //!   native threads do ([`grouping`]).
 //! - `SandboxedPlain`: the plain WASI 0.2 component ([`plain`]). Calls on one instance are
 //!   serialized; each durable commit syncs on its own.

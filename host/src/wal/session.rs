@@ -313,12 +313,12 @@ fn start<'a>(
     }
 }
 /// The WAL's engine in the async instance: the store driver serving one WAL session. Dropping
-/// it stops the dispatcher thread (after it has served what is queued) and drops the instance.
+/// it waits for the dispatcher to serve what is queued, and drops the instance.
 pub(crate) struct AsyncSandbox(StoreDriver<WalSession>);
 
 impl AsyncSandbox {
-    /// Instantiates the async component and creates (`create`) or opens the log in it, on the
-    /// dispatcher thread (the caller may be inside a tokio runtime, where it must not block).
+    /// Instantiates the async component and creates (`create`) or opens the log in it, on this
+    /// thread (which blocks meanwhile, its I/O running here).
     pub(crate) fn start(
         vfs: Arc<dyn Vfs>,
         path: &str,

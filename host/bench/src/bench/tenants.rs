@@ -1,7 +1,8 @@
 //! `stele bench --workloads tenants`: many logs in one process. For each count of logs and each
 //! mode (native as the reference), a new process (this binary's hidden `tenants-probe`) opens
-//! that many logs, each in a directory of its own under 1 MiB segments and full sync, makes one
-//! durable commit in each, and reports what the logs cost it: open latency, resident memory,
+//! that many logs through one [`Tenants`] registry (a directory per tenant under one root, a
+//! budget as large as the count, 1 MiB segments and full sync), makes one durable commit in
+//! each, and reports what the logs cost it: open latency, resident memory,
 //! threads, file descriptors and address space, from `/proc/self` (RSS counts a page shared
 //! by many instances, a copy-on-write memory image's, once per instance; PSS divides it among
 //! them, and is what the logs cost the machine); then [`COMMITTERS`] threads
@@ -10,7 +11,9 @@
 //! Stele's own engine (the on-demand allocator, small reservations) and, as "(pooled)", on
 //! `Runtime::pooling_config` with a slot per log: the choice between the two is made here.
 //!
-//! What it does not measure yet: registered logs that hibernate (issue 45, items 3 and 4).
+//! Then every log is hibernated: what a hibernated log costs (memory, descriptors), and the
+//! latency of the first call on a sample of them (a resume). What it does not measure yet: a
+//! registry of 100,000 tenants (creating them takes minutes per process).
 
 use std::path::Path;
 use std::process::Command;
@@ -21,7 +24,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result};
 use stele::wal::{DurabilityPolicy, WalOptions};
 use stele_host::fs::RealFs;
-use stele_host::{Mode, Wal};
+use stele_host::{Mode, Tenants, TenantsOptions, Wal};
 
 use super::common::{percentile, println};
 
@@ -33,6 +36,9 @@ pub(crate) const ROUND_ROBIN: Duration = Duration::from_secs(3);
 
 /// Segment size of every log: small, as a tenant's log is.
 const SEGMENT_BYTES: u64 = 1 << 20;
+
+/// Hibernated logs resumed per process, spread over all of them, for the resume latency.
+const RESUMES_SAMPLED: usize = 200;
 
 /// Rounds per row, modes alternated within each round; the table gives medians.
 const ROUNDS: usize = 3;
@@ -119,13 +125,22 @@ pub fn probe(mode: Mode, logs: usize, dir: &Path) -> Result<()> {
         fds_before: fds()?,
         ..Probe::default()
     };
+    // One registry over the probe's directory, with room for every log open at once.
+    let root = dir.join("tenants");
+    std::fs::create_dir_all(&root)?;
+    let tenants = Tenants::open(
+        &root,
+        TenantsOptions::default()
+            .with_mode(mode)
+            .with_wal(options)
+            .with_open_logs_max(logs),
+    )?;
     let mut wals = Vec::with_capacity(logs);
     for i in 0..logs {
-        let tenant = dir.join(format!("t{i}"));
-        std::fs::create_dir_all(&tenant)?;
+        let wal = tenants.wal(&format!("t{i}"))?;
+        // The first call opens the log: its time is the open's, with the log's creation.
         let started = Instant::now();
-        let vfs = Arc::new(RealFs::open_root(&tenant)?);
-        let wal = Wal::create(vfs, "log", options, mode)
+        wal.stats()
             .with_context(|| format!("opening log {i} of {logs}"))?;
         probe.open_us.push(started.elapsed().as_secs_f64() * 1e6);
         wal.commit_durable(1, b"first")?;
@@ -162,6 +177,28 @@ pub fn probe(mode: Mode, logs: usize, dir: &Path) -> Result<()> {
     }
     probe.seconds = started.elapsed().as_secs_f64();
     probe.commits = commits.load(Ordering::Relaxed);
+
+    // Every log hibernated: what a hibernated log costs, then the first call's latency on a
+    // sample of them (a resume: a new instance, the log's tail recovered, and `stats`).
+    let wals = Arc::into_inner(wals).context("the committers are done")?;
+    for wal in &wals {
+        wal.hibernate()?;
+    }
+    anyhow::ensure!(tenants.open_logs() == 0, "a log stayed open");
+    // What the hibernated logs hold, not what glibc's allocator keeps of what they freed.
+    // SAFETY: malloc_trim only returns free heap pages to the kernel.
+    unsafe {
+        libc::malloc_trim(0);
+    }
+    let rss_hibernated = status("VmRSS")?;
+    let pss_hibernated = rollup("Pss")?;
+    let fds_hibernated = fds()?;
+    let mut resume_us = Vec::new();
+    for wal in wals.iter().step_by((logs / RESUMES_SAMPLED).max(1)) {
+        let started = Instant::now();
+        wal.stats()?;
+        resume_us.push(started.elapsed().as_secs_f64() * 1e6);
+    }
     let line = serde_json::json!({
         "open_p50_us": percentile(&probe.open_us, 0.5),
         "open_p99_us": percentile(&probe.open_us, 0.99),
@@ -173,6 +210,11 @@ pub fn probe(mode: Mode, logs: usize, dir: &Path) -> Result<()> {
         "threads_open": probe.threads_open,
         "fds_per_log": (probe.fds_open.saturating_sub(probe.fds_before)) as f64 / logs as f64,
         "durable_per_s": probe.commits as f64 / probe.seconds,
+        "hibernated_rss_per_log": rss_hibernated.saturating_sub(probe.rss_before) as f64 / logs as f64,
+        "hibernated_pss_per_log": pss_hibernated.saturating_sub(probe.pss_before) as f64 / logs as f64,
+        "hibernated_fds": fds_hibernated.saturating_sub(probe.fds_before),
+        "resume_p50_us": percentile(&resume_us, 0.5),
+        "resume_p99_us": percentile(&resume_us, 0.99),
     });
     std::println!("{line}");
     Ok(())
@@ -258,9 +300,9 @@ pub(crate) fn tenants_table(dir: &Path, counts: &[usize]) -> Result<()> {
         ROUND_ROBIN.as_secs()
     );
     println!(
-        "| N | mode | open p50 / p99 ms | RSS per log | PSS per log | threads (before → open) | fds per log | address space of the process | round-robin durable/s | vs native |"
+        "| N | mode | open p50 / p99 ms | RSS per log | PSS per log | threads (before → open) | fds per log | address space of the process | round-robin durable/s | vs native | hibernated: RSS / PSS per log (after malloc_trim), fds | resume p50 / p99 ms |"
     );
-    println!("|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|");
+    println!("|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
     for &logs in counts {
         let mut outcomes: Vec<Vec<Outcome>> = vec![Vec::new(); SYSTEMS.len()];
         for _ in 0..ROUNDS {
@@ -279,7 +321,7 @@ pub(crate) fn tenants_table(dir: &Path, counts: &[usize]) -> Result<()> {
                 outcomes[m].iter().filter_map(|o| o.as_ref().ok()).collect();
             if ok.len() < outcomes[m].len() {
                 let why = outcomes[m].iter().find_map(|o| o.as_ref().err()).unwrap();
-                println!("| {logs} | {} | fails: `{why}` |||||||| ", system.name());
+                println!("| {logs} | {} | fails: `{why}` |||||||||| ", system.name());
                 continue;
             }
             let field = |name: &str| -> f64 {
@@ -292,7 +334,7 @@ pub(crate) fn tenants_table(dir: &Path, counts: &[usize]) -> Result<()> {
                 native_rate = Some(rate);
             }
             println!(
-                "| {logs} | {} | {:.1} / {:.1} | {:.1} KiB | {:.1} KiB | {:.0} → {:.0} | {:.1} | {:.0} MiB | {:.0} | {} |",
+                "| {logs} | {} | {:.1} / {:.1} | {:.1} KiB | {:.1} KiB | {:.0} → {:.0} | {:.1} | {:.0} MiB | {:.0} | {} | {:.1} / {:.1} KiB, {:.0} | {:.1} / {:.1} |",
                 system.name(),
                 field("open_p50_us") / 1e3,
                 field("open_p99_us") / 1e3,
@@ -304,6 +346,11 @@ pub(crate) fn tenants_table(dir: &Path, counts: &[usize]) -> Result<()> {
                 field("vm_in_all") / (1024.0 * 1024.0),
                 rate,
                 native_rate.map_or("-".into(), |n| format!("{:.2}x", rate / n)),
+                field("hibernated_rss_per_log") / 1024.0,
+                field("hibernated_pss_per_log") / 1024.0,
+                field("hibernated_fds"),
+                field("resume_p50_us") / 1e3,
+                field("resume_p99_us") / 1e3,
             );
         }
     }
