@@ -184,6 +184,21 @@ fn no_truncation() -> ArchiveOptions {
     ArchiveOptions::default().with_truncate_local(false)
 }
 
+/// No sealing by age, so that only a full segment or a close ships; the whole log kept
+/// locally; quick polls.
+fn quiet_options() -> ArchiveOptions {
+    no_truncation()
+        .with_seal_age_max(None)
+        .with_poll_interval(Duration::from_millis(5))
+}
+
+/// Restores the whole archive at `location` and checks that it holds exactly seqs `0..next`.
+fn assert_archive_holds(rt: &tokio::runtime::Runtime, location: &ArchiveLocation, next: u64) {
+    let (target, restored) = restore_all(rt, location, None);
+    assert_eq!(restored.unwrap().next_seq, next);
+    assert_eq!(records(&target, "restored"), expected(0..next));
+}
+
 fn attach(
     rt: &tokio::runtime::Runtime,
     location: &ArchiveLocation,
@@ -554,9 +569,7 @@ fn a_failed_put_is_retried_and_a_lost_reply_counts_as_done(backend: Backend) {
     assert_eq!(faults.pending(), 0);
     let s = sealed_end(&vfs);
     assert_eq!(archiver.gate().archived_next(), LogSeq(s));
-    let (target, restored) = restore_all(&rt, &location, None);
-    assert_eq!(restored.unwrap().next_seq, s);
-    assert_eq!(records(&target, "restored"), expected(0..s));
+    assert_archive_holds(&rt, &location, s);
 }
 
 fn a_kill_between_the_segment_put_and_the_manifest_put_loses_nothing(backend: Backend) {
@@ -587,9 +600,7 @@ fn a_kill_between_the_segment_put_and_the_manifest_put_loses_nothing(backend: Ba
         "the orphans were found, identical"
     );
     let s = sealed_end(&vfs);
-    let (target, restored) = restore_all(&rt, &location, None);
-    assert_eq!(restored.unwrap().next_seq, s);
-    assert_eq!(records(&target, "restored"), expected(0..s));
+    assert_archive_holds(&rt, &location, s);
 }
 
 #[test]
@@ -631,9 +642,7 @@ fn a_quiet_log_is_sealed_at_seal_age_max_and_its_records_leave_the_disk() {
     drop(archiver);
     drop(wal);
     // Machine lost: the sealed records come back.
-    let (target, restored) = restore_all(&rt, &location, None);
-    assert_eq!(restored.unwrap().next_seq, 3);
-    assert_eq!(records(&target, "restored"), expected(0..3));
+    assert_archive_holds(&rt, &location, 3);
 
     // Without seal_age_max, a quiet log's records wait for their segment to fill.
     let (_faults, location) = memory_store();
@@ -684,9 +693,7 @@ fn a_kill_between_the_manifest_put_and_local_truncation_loses_nothing(backend: B
     let local = records(&vfs, DIR);
     assert_eq!(local.first().unwrap().0, first_kept.0);
     assert_eq!(local, expected(first_kept.0..200));
-    let (target, restored) = restore_all(&rt, &location, None);
-    assert_eq!(restored.unwrap().next_seq, s.0);
-    assert_eq!(records(&target, "restored"), expected(0..s.0));
+    assert_archive_holds(&rt, &location, s.0);
 }
 
 #[test]
@@ -848,9 +855,7 @@ fn archiving_runs_beside_a_sandboxed_writer_on_its_own_thread(backend: Backend) 
     );
     let archiver = running.stop();
     assert_eq!(archiver.status().archived_next, LogSeq(s));
-    let (target, restored) = restore_all(&rt, &location, None);
-    assert_eq!(restored.unwrap().next_seq, s);
-    assert_eq!(records(&target, "restored"), expected(0..s));
+    assert_archive_holds(&rt, &location, s);
 }
 
 /// Records in the active segment are acknowledged but, until it seals, only local: a clean
@@ -873,11 +878,7 @@ fn a_clean_close_ships_the_active_segment_so_every_acknowledged_record_is_archiv
         );
         let vfs = mem_vfs();
         let (wal, _) = Wal::open(vfs.clone(), DIR, options(), mode).unwrap();
-        // No sealing by age: only a full segment or the close ships.
-        let quiet = no_truncation()
-            .with_seal_age_max(None)
-            .with_poll_interval(Duration::from_millis(5));
-        let running = attach(&rt, &location, &vfs, &wal, quiet)
+        let running = attach(&rt, &location, &vfs, &wal, quiet_options())
             .unwrap()
             .spawn()
             .unwrap();
@@ -898,9 +899,7 @@ fn a_clean_close_ships_the_active_segment_so_every_acknowledged_record_is_archiv
         let (archiver, shipped) = running.close();
         assert_eq!(shipped.unwrap(), LogSeq(acknowledged), "{}", mode.name());
         assert_eq!(archiver.status().archived_next, LogSeq(acknowledged));
-        let (target, restored) = restore_all(&rt, &location, None);
-        assert_eq!(restored.unwrap().next_seq, acknowledged);
-        assert_eq!(records(&target, "restored"), expected(0..acknowledged));
+        assert_archive_holds(&rt, &location, acknowledged);
         // The log goes on, in a new segment.
         commit(&wal, acknowledged..acknowledged + 3);
     }
@@ -913,18 +912,13 @@ fn a_dropped_running_archiver_ships_the_tail_too(backend: Backend) {
     let location = store.location.clone();
     let vfs = mem_vfs();
     let (wal, _) = Wal::open(vfs.clone(), DIR, options(), Mode::Native).unwrap();
-    let quiet = no_truncation()
-        .with_seal_age_max(None)
-        .with_poll_interval(Duration::from_millis(5));
-    let running = attach(&rt, &location, &vfs, &wal, quiet)
+    let running = attach(&rt, &location, &vfs, &wal, quiet_options())
         .unwrap()
         .spawn()
         .unwrap();
     commit(&wal, 0..130);
     drop(running);
-    let (target, restored) = restore_all(&rt, &store.new_client(), None);
-    assert_eq!(restored.unwrap().next_seq, 130);
-    assert_eq!(records(&target, "restored"), expected(0..130));
+    assert_archive_holds(&rt, &store.new_client(), 130);
 }
 
 /// With the store down, a close gives up at its timeout with a typed error that says what is
@@ -972,9 +966,7 @@ fn a_close_with_the_store_down_times_out_with_what_is_only_local() {
 
     faults.set_down(false);
     assert_eq!(rt.block_on(archiver.close()).unwrap(), LogSeq(140));
-    let (target, restored) = restore_all(&rt, &location, None);
-    assert_eq!(restored.unwrap().next_seq, 140);
-    assert_eq!(records(&target, "restored"), expected(0..140));
+    assert_archive_holds(&rt, &location, 140);
 }
 
 #[test]

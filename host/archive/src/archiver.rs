@@ -471,21 +471,13 @@ impl Archiver {
         self.wal.flush()?;
         self.wal.seal_active_segment()?;
         let end = self.wal.stats()?.durable_end;
+        let mut rounds_run = 0u32;
         loop {
             if self.gate.archived_next() >= end {
                 return Ok(end);
             }
-            let round = tokio::time::timeout_at(deadline, self.archive_round()).await;
-            match round {
-                Ok(Err(error)) if error.is_terminal() => return Err(error),
-                // Transient (kept as `last_error`): retried until the deadline.
-                Ok(_) => {}
-                Err(_elapsed) => {}
-            }
-            if self.gate.archived_next() >= end {
-                return Ok(end);
-            }
-            if tokio::time::Instant::now() >= deadline {
+            let now = tokio::time::Instant::now();
+            if now >= deadline {
                 return Err(ArchiveError::CloseTimedOut {
                     timeout,
                     archived_next: self.gate.archived_next().0,
@@ -493,9 +485,19 @@ impl Archiver {
                     last_error: self.last_error.clone(),
                 });
             }
-            // A failed round: wait a little before the next, as the running archiver does.
-            let pause = self.options.poll_interval.min(CLOSE_RETRY_PAUSE_MAX);
-            tokio::time::sleep_until(deadline.min(tokio::time::Instant::now() + pause)).await;
+            if rounds_run > 0 {
+                // A round ran and fell short (a transient failure, kept as `last_error`): wait
+                // a little before the next, as the running archiver does.
+                let pause = self.options.poll_interval.min(CLOSE_RETRY_PAUSE_MAX);
+                tokio::time::sleep_until(deadline.min(now + pause)).await;
+            }
+            rounds_run += 1;
+            // A transient error is retried until the deadline; a terminal one ends the close.
+            if let Ok(Err(error)) = tokio::time::timeout_at(deadline, self.archive_round()).await
+                && error.is_terminal()
+            {
+                return Err(error);
+            }
         }
     }
 

@@ -3,7 +3,7 @@
 //! - [`RealFs`]: the real filesystem, confined to one root directory with cap-std, with real
 //!   `fdatasync`, `fsync`, rename and directory fsync.
 //! - [`SubdirVfs`]: one directory of another `Vfs` as a root of its own (many tenants on one
-//!   open root).
+//!   open root), its writer locks optionally in a [`LockTable`] in memory.
 //! - `FaultFs` (feature `test-support`): an in-memory disk behind a page cache that loses, tears
 //!   and fails what a real one may, for crash tests.
 //!
@@ -18,4 +18,4 @@ mod subdir;
 #[cfg(any(test, feature = "test-support"))]
 pub use fault::{CrashPlan, FaultFs, FaultRule, InjectedError, OpKind, SECTOR_BYTES, TraceEntry};
 pub use real::{NAME_BYTES_MAX, PATH_BYTES_MAX, RealFs};
-pub use subdir::SubdirVfs;
+pub use subdir::{LockTable, SubdirVfs};

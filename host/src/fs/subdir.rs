@@ -1,8 +1,10 @@
 //! [`SubdirVfs`]: one directory of another [`Vfs`], as a root of its own. Many tenants' logs
 //! then share one open root (one file descriptor, one lock) while each sees only its own
-//! directory.
+//! directory. [`LockTable`]: writer locks held in this process's memory, for directories whose
+//! root something else already keeps other processes out of.
 
-use std::sync::Arc;
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex, PoisonError};
 
 use stele::vfs::path::check_relative_path;
 use stele::vfs::{OpenMode, Vfs, VfsError, VfsFile, VfsLock};
@@ -15,6 +17,8 @@ use stele::vfs::{OpenMode, Vfs, VfsError, VfsFile, VfsLock};
 pub struct SubdirVfs {
     inner: Arc<dyn Vfs>,
     dir: String,
+    /// Where [`Vfs::lock_exclusive`] takes its locks: `None`, from `inner` (a lock file).
+    locks: Option<LockTable>,
 }
 
 impl std::fmt::Debug for SubdirVfs {
@@ -32,7 +36,19 @@ impl SubdirVfs {
         Ok(SubdirVfs {
             inner,
             dir: dir.to_owned(),
+            locks: None,
         })
+    }
+
+    /// The same directory, its writer locks taken in `table` instead of from `inner`: a lock
+    /// then costs no lock file and no file descriptor, but excludes only the holders that
+    /// share `table`. Use it only under a root that something else keeps every other process
+    /// out of (the [`crate::tenants::Tenants`] registry holds its root's lock for that).
+    pub fn with_lock_table(self, table: LockTable) -> SubdirVfs {
+        SubdirVfs {
+            locks: Some(table),
+            ..self
+        }
     }
 
     /// The directory, in `inner`.
@@ -82,6 +98,59 @@ impl Vfs for SubdirVfs {
     }
 
     fn lock_exclusive(&self, path: &str) -> Result<Box<dyn VfsLock>, VfsError> {
-        self.inner.lock_exclusive(&self.full(path, false)?)
+        let path = self.full(path, false)?;
+        match &self.locks {
+            Some(table) => table.take(path),
+            None => self.inner.lock_exclusive(&path),
+        }
+    }
+}
+
+/// Writer locks held in this process's memory, by path: one table shared by the
+/// [`SubdirVfs`]es that must exclude one another. Cloning shares the table.
+#[derive(Clone, Debug, Default)]
+pub struct LockTable {
+    held: Arc<Mutex<HashSet<String>>>,
+}
+
+impl LockTable {
+    /// An empty table.
+    pub fn new() -> LockTable {
+        LockTable::default()
+    }
+
+    /// Paths locked now.
+    pub fn held(&self) -> usize {
+        self.set().len()
+    }
+
+    fn set(&self) -> std::sync::MutexGuard<'_, HashSet<String>> {
+        // The set stays consistent through a panic: each insert or remove is one call.
+        self.held.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn take(&self, path: String) -> Result<Box<dyn VfsLock>, VfsError> {
+        if !self.set().insert(path.clone()) {
+            return Err(VfsError::Locked(path));
+        }
+        Ok(Box::new(TableLock {
+            path,
+            table: self.clone(),
+        }))
+    }
+}
+
+/// A lock held in a [`LockTable`]; dropping it releases it.
+#[derive(Debug)]
+struct TableLock {
+    path: String,
+    table: LockTable,
+}
+
+impl VfsLock for TableLock {}
+
+impl Drop for TableLock {
+    fn drop(&mut self) {
+        self.table.set().remove(&self.path);
     }
 }

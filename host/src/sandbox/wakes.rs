@@ -68,11 +68,16 @@ impl DispatcherWake {
             submit
         };
         if submit {
-            match self.turn.get().and_then(Weak::upgrade) {
-                Some(turn) => self.workers.submit(turn),
-                // The instance's state is gone: nothing is left to serve.
-                None => lock(&self.state).scheduled = false,
-            }
+            self.submit_turn();
+        }
+    }
+
+    /// Queues the dispatcher's turn on the workers (the caller has set `scheduled`).
+    fn submit_turn(&self) {
+        match self.turn.get().and_then(Weak::upgrade) {
+            Some(turn) => self.workers.submit(turn),
+            // The instance's state is gone: nothing is left to serve.
+            None => lock(&self.state).scheduled = false,
         }
     }
 
@@ -99,10 +104,7 @@ impl DispatcherWake {
     /// Queues the turn again behind the others, still scheduled: a turn that has taken its
     /// share of passes ([`crate::workers::TURN_STEPS_MAX`]) with more to do.
     pub(super) fn requeue(&self) {
-        match self.turn.get().and_then(Weak::upgrade) {
-            Some(turn) => self.workers.submit(turn),
-            None => lock(&self.state).scheduled = false,
-        }
+        self.submit_turn();
     }
 
     /// The dispatcher stopped the instance: no turn runs again, and [`Self::wait_stopped`]

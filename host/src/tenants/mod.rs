@@ -34,17 +34,16 @@
 //!   window, since the flush before hibernation makes every acknowledged record durable and
 //!   the resume recovers exactly what is on disk.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::ops::Range;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
-use stele::vfs::path::check_relative_path;
-use stele::vfs::{OpenMode, Vfs, VfsError, VfsFile, VfsLock};
+use stele::vfs::{Vfs, VfsError, VfsLock};
 use stele::wal::{DurabilityPolicy, LogSeq, WalOptions};
 
-use crate::fs::{RealFs, SubdirVfs};
+use crate::fs::{LockTable, RealFs, SubdirVfs};
 use crate::mode::Mode;
 use crate::sandbox::SandboxLimits;
 use crate::wal::{Wal, WalError};
@@ -214,8 +213,10 @@ struct Registry {
     slots: Mutex<HashMap<String, Arc<Slot>>>,
     /// The open ones: the candidates for hibernation.
     open: Mutex<Vec<Arc<Slot>>>,
-    /// The writer locks the tenants' logs hold, by path in the root (see [`TenantVfs`]).
-    locks: Arc<Mutex<HashSet<String>>>,
+    /// The writer locks the tenants' logs hold, by path in the root. The root's lock keeps
+    /// every other process out, so a tenant's lock only excludes this process's other
+    /// writers: in memory, it saves the descriptor a lock file holds, one per open log.
+    locks: LockTable,
     /// When the registry was made: `last_used` counts milliseconds from here.
     epoch: Instant,
     /// Held for the registry's life (see the module doc, "Exclusion").
@@ -296,7 +297,7 @@ impl Tenants {
                 options,
                 slots: Mutex::default(),
                 open: Mutex::default(),
-                locks: Arc::default(),
+                locks: LockTable::new(),
                 epoch: Instant::now(),
                 _root_lock: root_lock,
             }),
@@ -377,18 +378,14 @@ impl Registry {
     }
 
     fn stats_of(&self, slot: &Slot) -> TenantStats {
-        // A slot being opened or hibernated holds its lock: report it as it was.
-        let state = match slot.wal.try_lock() {
-            Ok(wal) if wal.is_none() => TenantState::Hibernated,
-            Ok(_) => TenantState::Open,
-            Err(_)
-                if slot.opens.load(Ordering::Relaxed)
-                    > slot.hibernations.load(Ordering::Relaxed) =>
-            {
+        // Counted after an open succeeds and after a hibernation drops the log, so a slot
+        // being opened or hibernated reads as it was.
+        let state =
+            if slot.opens.load(Ordering::Relaxed) > slot.hibernations.load(Ordering::Relaxed) {
                 TenantState::Open
-            }
-            Err(_) => TenantState::Hibernated,
-        };
+            } else {
+                TenantState::Hibernated
+            };
         TenantStats {
             state,
             calls: slot.calls.load(Ordering::Relaxed),
@@ -414,10 +411,9 @@ impl Registry {
             Ok(()) | Err(VfsError::AlreadyExists) => {}
             Err(e) => return Err(TenantsError::Root(e)),
         }
-        let vfs = TenantVfs {
-            dir: SubdirVfs::new(self.root.clone(), &slot.name).map_err(TenantsError::Root)?,
-            locks: self.locks.clone(),
-        };
+        let vfs = SubdirVfs::new(self.root.clone(), &slot.name)
+            .map_err(TenantsError::Root)?
+            .with_lock_table(self.locks.clone());
         let (wal, _recovery) = Wal::open_with_limits(
             Arc::new(vfs),
             TENANT_LOG_PATH,
@@ -517,73 +513,6 @@ impl Registry {
             }
         }
         Ok(hibernated)
-    }
-}
-
-/// A tenant's directory as its log's root: [`SubdirVfs`], except that a lock is held in the
-/// registry's table instead of by a lock file of its own. The registry's lock on the root
-/// already keeps every other process out, so a tenant's writer lock only has to exclude this
-/// process's other writers: that saves the descriptor a lock file holds, one per open log.
-#[derive(Debug)]
-struct TenantVfs {
-    dir: SubdirVfs,
-    locks: Arc<Mutex<HashSet<String>>>,
-}
-
-/// A writer lock held in the registry's table; dropping it releases it.
-#[derive(Debug)]
-struct TableLock {
-    path: String,
-    locks: Arc<Mutex<HashSet<String>>>,
-}
-
-impl VfsLock for TableLock {}
-
-impl Drop for TableLock {
-    fn drop(&mut self) {
-        lock(&self.locks).remove(&self.path);
-    }
-}
-
-impl Vfs for TenantVfs {
-    fn open(&self, path: &str, mode: OpenMode) -> Result<Box<dyn VfsFile>, VfsError> {
-        self.dir.open(path, mode)
-    }
-
-    fn rename(&self, from: &str, to: &str) -> Result<(), VfsError> {
-        self.dir.rename(from, to)
-    }
-
-    fn sync_dir(&self, dir: &str) -> Result<(), VfsError> {
-        self.dir.sync_dir(dir)
-    }
-
-    fn remove(&self, path: &str) -> Result<(), VfsError> {
-        self.dir.remove(path)
-    }
-
-    fn create_dir(&self, dir: &str) -> Result<(), VfsError> {
-        self.dir.create_dir(dir)
-    }
-
-    fn exists(&self, path: &str) -> Result<bool, VfsError> {
-        self.dir.exists(path)
-    }
-
-    fn list(&self, dir: &str) -> Result<Vec<String>, VfsError> {
-        self.dir.list(dir)
-    }
-
-    fn lock_exclusive(&self, path: &str) -> Result<Box<dyn VfsLock>, VfsError> {
-        check_relative_path(path, false).map_err(|why| VfsError::InvalidPath(why.into()))?;
-        let path = format!("{}/{path}", self.dir.dir());
-        if !lock(&self.locks).insert(path.clone()) {
-            return Err(VfsError::Locked(path));
-        }
-        Ok(Box::new(TableLock {
-            path,
-            locks: self.locks.clone(),
-        }))
     }
 }
 

@@ -60,30 +60,28 @@ struct Probe {
     seconds: f64,
 }
 
-/// A field of `/proc/self/smaps_rollup` (`Pss`, `Private_Dirty`), in bytes.
-fn rollup(field: &str) -> Result<u64> {
-    let rollup = std::fs::read_to_string("/proc/self/smaps_rollup")?;
-    let line = rollup
+/// `field` of `/proc/self/<file>` (`status`: `VmRSS`, `VmSize`, `Threads`; `smaps_rollup`:
+/// `Pss`), in bytes for the sizes given in kB.
+fn proc_field(file: &str, field: &str) -> Result<u64> {
+    let text = std::fs::read_to_string(format!("/proc/self/{file}"))?;
+    let line = text
         .lines()
         .find(|l| l.starts_with(&format!("{field}:")))
-        .with_context(|| format!("{field} in /proc/self/smaps_rollup"))?;
-    let kib: u64 = line.split_whitespace().nth(1).context("a value")?.parse()?;
-    Ok(kib * 1024)
-}
-
-/// A field of `/proc/self/status` (`VmRSS`, `VmSize`, `Threads`), in bytes for sizes.
-fn status(field: &str) -> Result<u64> {
-    let status = std::fs::read_to_string("/proc/self/status")?;
-    let line = status
-        .lines()
-        .find(|l| l.starts_with(&format!("{field}:")))
-        .with_context(|| format!("{field} in /proc/self/status"))?;
+        .with_context(|| format!("{field} in /proc/self/{file}"))?;
     let mut words = line.split_whitespace().skip(1);
     let value: u64 = words.next().context("a value")?.parse()?;
     Ok(match words.next() {
         Some("kB") => value * 1024,
         _ => value,
     })
+}
+
+fn status(field: &str) -> Result<u64> {
+    proc_field("status", field)
+}
+
+fn rollup(field: &str) -> Result<u64> {
+    proc_field("smaps_rollup", field)
 }
 
 fn fds() -> Result<u64> {
