@@ -401,3 +401,141 @@ fn a_second_registry_is_refused_while_a_log_is_hibernated() {
     let log = tenants.wal("bob").unwrap();
     assert_eq!(log.stats().unwrap().visible_end, LogSeq(2));
 }
+
+/// The environment variable that makes this test binary the killed process of
+/// [`a_registry_killed_amid_resumes_keeps_every_acknowledged_record`]: the root it writes.
+const KILLED_PROCESS_ROOT: &str = "STELE_TEST_TENANTS_KILLED_PROCESS_ROOT";
+
+/// Tenants of the killed process, and the budget it runs them under: four open logs for
+/// sixteen tenants, so that nearly every call resumes a log and hibernates another.
+const KILLED_TENANTS: u64 = 16;
+const KILLED_OPEN_LOGS_MAX: usize = 4;
+
+/// A process commits round-robin across 16 sandboxed tenants' logs through a registry that
+/// keeps four open, so that it is nearly always resuming or hibernating one, and is killed
+/// (SIGKILL) mid-run; three times over the same root, each run carrying on the logs the last
+/// left. After each kill, every tenant's log is exactly its records in the order committed
+/// (no gap, nothing torn) and holds every record whose durable commit the process reported;
+/// a new registry then opens the root the dead one held.
+#[test]
+fn a_registry_killed_amid_resumes_keeps_every_acknowledged_record() {
+    if let Ok(root) = std::env::var(KILLED_PROCESS_ROOT) {
+        run_until_killed(std::path::Path::new(&root));
+        return;
+    }
+    let _alone = one_at_a_time();
+    runtime();
+    let root = tempfile::tempdir().unwrap();
+    let mut acked_total = 0;
+    for (run, acks_before_kill) in [120usize, 200, 160].into_iter().enumerate() {
+        let mut child = std::process::Command::new(std::env::current_exe().unwrap())
+            .args([
+                "--exact",
+                "a_registry_killed_amid_resumes_keeps_every_acknowledged_record",
+                "--nocapture",
+                "--test-threads",
+                "1",
+            ])
+            .env(KILLED_PROCESS_ROOT, root.path())
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        // (tenant, index) of each durable commit the child reported as returned.
+        let mut acked: Vec<(u64, u64)> = Vec::new();
+        let stdout = std::io::BufReader::new(child.stdout.take().unwrap());
+        for line in std::io::BufRead::lines(stdout) {
+            let line = line.unwrap();
+            let Some(ack) = line.strip_prefix("durable ") else {
+                continue;
+            };
+            let (tenant, index) = ack.split_once(' ').unwrap();
+            acked.push((tenant.parse().unwrap(), index.parse().unwrap()));
+            if acked.len() == acks_before_kill {
+                break;
+            }
+        }
+        child.kill().unwrap();
+        let status = child.wait().unwrap();
+        assert_eq!(
+            std::os::unix::process::ExitStatusExt::signal(&status),
+            Some(libc::SIGKILL),
+            "run {run}: the child ended before it was killed ({} acks)",
+            acked.len()
+        );
+        assert_eq!(acked.len(), acks_before_kill, "run {run}");
+        acked_total += acked.len();
+
+        for tenant in 0..KILLED_TENANTS {
+            let name = format!("t{tenant}");
+            let records = if root.path().join(&name).join(TENANT_LOG_PATH).exists() {
+                tenant_records(root.path(), &name)
+            } else {
+                Vec::new()
+            };
+            let in_order: Vec<(u64, u64)> =
+                (0..records.len() as u64).map(|i| (tenant, i)).collect();
+            assert_eq!(records, in_order, "run {run}: {name}'s log");
+            for &(_, index) in acked.iter().filter(|(t, _)| *t == tenant) {
+                assert!(
+                    index < records.len() as u64,
+                    "run {run}: {name}'s record {index} was acknowledged durable and is lost \
+                     ({} records recovered)",
+                    records.len()
+                );
+            }
+        }
+    }
+    // The dead process's root lock went with it.
+    let tenants = Tenants::open(root.path(), killed_options()).unwrap();
+    let recovered: u64 = (0..KILLED_TENANTS)
+        .map(|t| {
+            let wal = tenants.wal(&format!("t{t}")).unwrap();
+            wal.stats().unwrap().visible_end.0
+        })
+        .sum();
+    assert!(
+        recovered >= acked_total as u64,
+        "{recovered} < {acked_total}"
+    );
+}
+
+fn killed_options() -> TenantsOptions {
+    TenantsOptions::default()
+        .with_mode(Mode::Sandboxed)
+        .with_wal(small_segments())
+        .with_open_logs_max(KILLED_OPEN_LOGS_MAX)
+}
+
+/// The killed process: carries every tenant's log on from where it ends, committing
+/// round-robin (each fourth commit not durable) and printing `durable T I` after each durable
+/// commit of tenant `T`'s record `I` returns, until it is killed.
+fn run_until_killed(root: &std::path::Path) {
+    runtime();
+    let tenants = Tenants::open(root, killed_options()).unwrap();
+    let logs: Vec<TenantWal> = (0..KILLED_TENANTS)
+        .map(|t| tenants.wal(&format!("t{t}")).unwrap())
+        .collect();
+    let mut next: Vec<u64> = logs
+        .iter()
+        .map(|log| log.stats().unwrap().visible_end.0)
+        .collect();
+    let mut out = std::io::stdout().lock();
+    for round in 0u64.. {
+        for (tenant, log) in logs.iter().enumerate() {
+            let index = next[tenant];
+            let record = payload(tenant as u64, index, 64 + (index % 7) as usize * 100);
+            if (round + tenant as u64) % 4 == 3 {
+                log.commit(1, &record).unwrap();
+            } else {
+                log.commit_durable(1, &record).unwrap();
+                std::io::Write::write_all(
+                    &mut out,
+                    format!("durable {tenant} {index}\n").as_bytes(),
+                )
+                .unwrap();
+                std::io::Write::flush(&mut out).unwrap();
+            }
+            next[tenant] += 1;
+        }
+    }
+}
