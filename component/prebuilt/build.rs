@@ -11,10 +11,10 @@
 //!     `--target-dir` (`target/guest`): sharing the outer target directory would wait forever
 //!     on the lock the outer build holds, and cargo hides that message. The two engine builds
 //!     share that directory (only the `stele` crate differs between them); each output is
-//!     copied to its own name in `target/guest` before the next overwrites it. The checkout's
-//!     path and `CARGO_HOME` are remapped (`--remap-path-prefix`), so the bytes do not depend
-//!     on where the checkout is: `package.sh --check` and `tests/tests/components.rs` hold
-//!     that;
+//!     copied to its own name in `target/guest` before the next overwrites it. `CARGO_HOME` is
+//!     remapped (`--remap-path-prefix`) and cargo names the checkout's own sources relative to
+//!     it, so the bytes do not depend on where the checkout is: `package.sh --check` and
+//!     `tests/tests/packages.rs` hold that;
 //!   - composes with `stele-compose` (`component/compose`: the `wac-graph` library, what `wac
 //!     plug` runs), built by one more nested cargo, so that this crate has no build
 //!     dependencies for a dependent to compile;
@@ -203,7 +203,7 @@ fn build_guest(
         // still show guest function names.
         .env("CARGO_PROFILE_RELEASE_DEBUG", "false")
         .env("CARGO_PROFILE_RELEASE_STRIP", "debuginfo")
-        .env("CARGO_ENCODED_RUSTFLAGS", remapped_paths(workspace));
+        .env("CARGO_ENCODED_RUSTFLAGS", remapped_paths());
     let status = cmd
         .status()
         .unwrap_or_else(|e| panic!("run nested cargo build for {package}: {e}"));
@@ -225,25 +225,22 @@ fn build_guest(
     kept
 }
 
-/// Rust flags that take the checkout's path and `CARGO_HOME` out of the bytes (panic
-/// locations, the names of sources), so that two checkouts build the same components. The
-/// standard library's paths are already `/rustc/<commit>` in a rustup toolchain.
-fn remapped_paths(workspace: &Path) -> String {
-    let mut flags = vec![format!(
-        "--remap-path-prefix={}=/stele",
-        workspace.display()
-    )];
+/// Rust flags that take `CARGO_HOME` out of the bytes (panic locations, the names of sources),
+/// so that two machines build the same components. The checkout's own crates need no flag:
+/// cargo names a workspace member's sources relative to the workspace root (`component/src/..`),
+/// so the checkout's path never reaches the bytes, and the flags, which are part of every
+/// crate's fingerprint, are the same in every checkout. That lets a second checkout start from
+/// a copy of this one's `target/guest` (`tests/tests/packages.rs` does) and compile only its
+/// own crates. The standard library's paths are already `/rustc/<commit>` in a rustup toolchain.
+fn remapped_paths() -> String {
     let cargo_home = env::var_os("CARGO_HOME")
         .map(PathBuf::from)
         .or_else(|| env::var_os("HOME").map(|home| Path::new(&home).join(".cargo")));
-    if let Some(cargo_home) = cargo_home {
-        flags.push(format!(
-            "--remap-path-prefix={}=/cargo",
-            cargo_home.display()
-        ));
-    }
-    // CARGO_ENCODED_RUSTFLAGS separates flags with 0x1f, so paths with spaces stay whole.
-    flags.join("\u{1f}")
+    // CARGO_ENCODED_RUSTFLAGS separates flags with 0x1f (one flag here), so paths with spaces
+    // stay whole.
+    cargo_home
+        .map(|cargo_home| format!("--remap-path-prefix={}=/cargo", cargo_home.display()))
+        .unwrap_or_default()
 }
 
 /// `wac plug socket --plug plug -o out`: the plug's exports satisfy the socket's imports. Runs

@@ -2,7 +2,8 @@
 //!
 //! This checkout's files are copied to another path, and `component/prebuilt/package.sh
 //! --no-verify` packages the four library crates there (a second, separate build of the
-//! components). Then:
+//! components: every Stele crate in them is compiled again at the new path; only the
+//! third-party crates are reused from this workspace's `target/guest`). Then:
 //! - the components in the `stele-components` package must equal this workspace's own build
 //!   (`stele_components::STELE_WASM` and the others), and `package.sh --check` must refuse them
 //!   once one byte is changed;
@@ -72,6 +73,45 @@ fn copy_checkout(from: &Path, to: &Path) {
 
 /// `package.sh ARGS` in `checkout`, with the outer build's variables removed, so that the
 /// copy builds as a fresh checkout would.
+/// Starts the copy's guest build (`target/guest`) from a copy of this workspace's, so that
+/// the third-party crates its components use are not compiled a second time (two and a half
+/// minutes of CI's 2 cores). They are reused only because their flags carry no checkout path
+/// (`component/prebuilt/build.rs`, `remapped_paths`): the copy's cargo decides freshness
+/// itself, and the times are kept (`cp -a`) so that it can. Stele's own crates are all made
+/// stale, whatever the times say, so that every byte of Stele in the copy's components is
+/// compiled there.
+fn seed_guest_dependencies(workspace: &Path, checkout: &Path) {
+    let target = checkout.join("target");
+    std::fs::create_dir_all(&target).unwrap();
+    let copied = Command::new("cp")
+        .arg("-a")
+        .arg(workspace.join("target/guest"))
+        .arg(&target)
+        .status()
+        .expect("cp runs");
+    assert!(copied.success(), "cp -a target/guest");
+    let fingerprints = Command::new("find")
+        .arg(target.join("guest"))
+        .args(["-path", "*/.fingerprint/stele*", "-prune", "-print0"])
+        .output()
+        .expect("find runs");
+    assert!(fingerprints.status.success(), "find: {fingerprints:?}");
+    let mut made_stale = 0;
+    for dir in fingerprints
+        .stdout
+        .split(|&b| b == 0)
+        .filter(|d| !d.is_empty())
+    {
+        std::fs::remove_dir_all(std::str::from_utf8(dir).unwrap()).unwrap();
+        made_stale += 1;
+    }
+    // The engine (twice), the adapter, the plugin and stele-compose at least.
+    assert!(
+        made_stale >= 4,
+        "{made_stale} of Stele's crates found in target/guest"
+    );
+}
+
 fn package_sh(checkout: &Path, args: &[&str]) -> std::process::Output {
     let mut command = Command::new("sh");
     command
@@ -100,6 +140,7 @@ fn packaged() -> &'static (PathBuf, PathBuf) {
         }
         let checkout = scratch.join("a-checkout-somewhere-else").join("stele");
         copy_checkout(&workspace(), &checkout);
+        seed_guest_dependencies(&workspace(), &checkout);
 
         let packaged = package_sh(&checkout, &["--no-verify"]);
         assert!(
