@@ -95,7 +95,10 @@ pub use mode::Mode;
 pub use push_log::{PushLog, PushLogCallError, PushLogScan};
 pub use sandbox::{SandboxError, SandboxLimits, code_cache, runtime};
 pub use stele;
-pub use tenants::{TenantState, TenantStats, TenantWal, Tenants, TenantsError, TenantsOptions};
+pub use tenants::{
+    TenantJournal, TenantPushLog, TenantState, TenantStats, TenantWal, Tenants, TenantsError,
+    TenantsOptions,
+};
 pub use wal::{AsyncWal, Wal, WalError, WalScan, WalTail, read_wal, read_wal_from};
 /// The wasmtime this crate is built on, so that an embedder names the same `Engine`, `Linker`
 /// and `Store` types. See `docs/EMBEDDING.md`, "Which wasmtime".

@@ -11,7 +11,7 @@ use stele::vfs::Vfs;
 use stele::wal::{DurabilityPolicy, LogSeq, WalOptions};
 use stele_host::fs::{RealFs, SubdirVfs};
 use stele_host::runtime::{Runtime, RuntimeOptions};
-use stele_host::tenants::TENANT_LOG_PATH;
+use stele_host::tenants::{TENANT_JOURNAL_PATH, TENANT_LOG_PATH, TENANT_PUSH_LOG_PATH};
 use stele_host::{
     Mode, TenantState, TenantWal, Tenants, TenantsError, TenantsOptions, Wal, read_wal,
 };
@@ -336,6 +336,106 @@ fn a_hibernated_log_holds_no_file_and_resumes_with_every_acknowledged_record() {
             tenant_records(root.path(), "alice"),
             vec![(0, 0), (0, 1), (0, 2)]
         );
+    }
+}
+
+#[test]
+fn journals_and_push_logs_share_the_budget_hibernate_and_resume_whole() {
+    use arrow_array::{Int64Array, RecordBatch};
+    use stele::journal::{JournalOp, encode_frames, replay};
+
+    let _alone = one_at_a_time();
+    runtime();
+    let executor = stele_tests::tokio_runtime(2);
+    let schema = Arc::new(arrow_schema::Schema::new(vec![arrow_schema::Field::new(
+        "n",
+        arrow_schema::DataType::Int64,
+        false,
+    )]));
+    let rows = |n: i64| {
+        RecordBatch::try_new(schema.clone(), vec![Arc::new(Int64Array::from(vec![n]))]).unwrap()
+    };
+    let op = |n: u8| JournalOp::Set {
+        key: vec![b'k', n % 3],
+        value: vec![n; 100 + n as usize],
+    };
+    for mode in [Mode::Native, Mode::Sandboxed, Mode::SandboxedPlain] {
+        let root = tempfile::tempdir().unwrap();
+        let options = TenantsOptions::default()
+            .with_mode(mode)
+            .with_wal(small_segments())
+            .with_open_logs_max(2);
+        let tenants = Tenants::open(root.path(), options).unwrap();
+        let names = ["alice", "bob"];
+        let wals: Vec<TenantWal> = names.iter().map(|n| tenants.wal(n).unwrap()).collect();
+        let journals: Vec<_> = names.iter().map(|n| tenants.journal(n).unwrap()).collect();
+        let pushes: Vec<_> = names
+            .iter()
+            .map(|n| tenants.push_log(n, schema.clone()).unwrap())
+            .collect();
+        // Six logs through a budget of two: nearly every call resumes one and hibernates one.
+        for round in 0..6u8 {
+            for t in 0..names.len() {
+                wals[t]
+                    .commit(1, &payload(t as u64, round as u64, 80))
+                    .unwrap();
+                let mut frames = encode_frames(&[op(round)]);
+                executor.block_on(journals[t].append(&mut frames)).unwrap();
+                pushes[t].append(&rows(i64::from(round))).unwrap();
+                assert!(
+                    tenants.open_logs() <= 2,
+                    "{}: {}",
+                    mode.name(),
+                    tenants.open_logs()
+                );
+            }
+        }
+        for t in 0..names.len() {
+            let stats = tenants.stats(names[t]).unwrap();
+            assert!(stats.hibernations >= 12, "{}: {stats:?}", mode.name());
+            assert_eq!(stats.calls, 18, "{}", mode.name());
+            // Read through the handle: what the journal holds, the writer open or not.
+            let (ops, _) = executor.block_on(journals[t].replay()).unwrap();
+            assert_eq!(ops, (0..6).map(op).collect::<Vec<_>>(), "{}", mode.name());
+        }
+        let wrong = Arc::new(arrow_schema::Schema::new(vec![arrow_schema::Field::new(
+            "m",
+            arrow_schema::DataType::Utf8,
+            true,
+        )]));
+        assert!(matches!(
+            tenants.push_log("alice", wrong),
+            Err(TenantsError::PushLogSchema { .. })
+        ));
+        drop((wals, journals, pushes, tenants));
+
+        // On disk, read natively: every facet's every acknowledged write, in order.
+        for (t, name) in names.iter().enumerate() {
+            let dir: Arc<dyn Vfs> = Arc::new(
+                SubdirVfs::new(Arc::new(RealFs::open_root(root.path()).unwrap()), name).unwrap(),
+            );
+            assert_eq!(
+                tenant_records(root.path(), name),
+                (0..6).map(|i| (t as u64, i)).collect::<Vec<_>>()
+            );
+            let (ops, _) = replay(&*dir, TENANT_JOURNAL_PATH).unwrap();
+            assert_eq!(ops, (0..6).map(op).collect::<Vec<_>>(), "{}", mode.name());
+            let log = stele::push_log::PushLog::new(dir, TENANT_PUSH_LOG_PATH, schema.clone());
+            let pushed: Vec<i64> = log
+                .scan()
+                .unwrap()
+                .map(|frame| {
+                    let batch = frame.unwrap().batch;
+                    let column = batch
+                        .column(0)
+                        .as_any()
+                        .downcast_ref::<Int64Array>()
+                        .unwrap();
+                    column.value(0)
+                })
+                .collect();
+            assert_eq!(pushed, (0..6).collect::<Vec<i64>>(), "{}", mode.name());
+        }
     }
 }
 

@@ -1,58 +1,79 @@
-//! [`Tenants`]: the registry a platform holds to give every tenant a write-ahead log of its own
-//! under one root, in any [`Mode`], with a budget of open logs. Owns the root's lock, the
-//! tenants' slots and their hibernation; may import `crate::wal`, `crate::fs`, `crate::mode`
-//! and `crate::sandbox` (the limits), and nothing of the other facets.
+//! [`Tenants`]: the registry a platform holds to give every tenant a write-ahead log, a
+//! journal and a push log of its own under one root, in any [`Mode`], with a budget of open
+//! logs. Owns the root's lock, the tenants' slots and their hibernation. The layer above the
+//! facets: may import `crate::wal`, `crate::journal`, `crate::push_log`, `crate::fs`,
+//! `crate::mode` and `crate::sandbox` (the limits); nothing imports it but the crate root.
+//! Files: `slot.rs` (what every facet's slot shares, and the budget's view of an open log),
+//! then one file per facet (`wal.rs`, `journal.rs`, `push_log.rs`).
 //!
-//! - **Layout.** Tenant `t`'s log is the segmented WAL `t/log` under the root: its directory
-//!   `t/`, seen by the log as a root of its own ([`SubdirVfs`]), so one open directory serves
-//!   every tenant and no tenant's instance can name another's files. An open log holds one
-//!   file descriptor (its active segment); its writer lock is held in the registry's table,
-//!   not by a lock file (see "Exclusion").
+//! - **Layout.** Tenant `t`'s logs are in its directory `t/` under the root: the segmented
+//!   WAL `t/log` ([`TENANT_LOG_PATH`]), the journal `t/journal` ([`TENANT_JOURNAL_PATH`]) and
+//!   the push log `t/push.log` ([`TENANT_PUSH_LOG_PATH`]). Each log sees `t/` as a root of its
+//!   own ([`SubdirVfs`]), so one open directory serves every tenant and no tenant's instance
+//!   can name another's files. An open log holds one file descriptor (the WAL's active
+//!   segment, the journal, the push log); writer locks are held in the registry's table, not
+//!   by lock files (see "Exclusion").
 //! - **Exclusion.** Opening the registry takes an exclusive lock on [`ROOT_LOCK_NAME`] in the
 //!   root, held for the registry's life: a second registry on the same root, in this process
-//!   or another, is refused ([`TenantsError::RootLocked`]). Within the process, a tenant has
-//!   one slot, so one writer; an open log's writer lock (the engine's `LOCK`) is an entry in
-//!   the registry's table, which the root's lock makes enough: no other process writes under
-//!   the root. A hibernated log holds nothing of its own, so it is the root's lock that keeps
-//!   other processes out meanwhile. Code that opens a tenant's directory directly (`Wal::open`
-//!   on `root/t`, not through a registry), in another process or this one, is not held off:
-//!   every writer of the root must go through [`Tenants`].
-//! - **Budget.** At most [`TenantsOptions::open_logs_max`] logs are open at once: resuming
-//!   one past it first hibernates the least recently used open log that has no call in
-//!   flight. If every open log has a call in flight the resume goes ahead over the budget,
+//!   or another, is refused ([`TenantsError::RootLocked`]). Within the process, each of a
+//!   tenant's logs has one slot, so one writer; an open log's writer lock (the WAL's `LOCK`,
+//!   the journal's lock) is an entry in the registry's table, which the root's lock makes
+//!   enough: no other process writes under the root. A hibernated log holds nothing of its
+//!   own, so it is the root's lock that keeps other processes out meanwhile. Code that opens
+//!   a tenant's directory directly (`Wal::open` on `root/t`, not through a registry), in
+//!   another process or this one, is not held off: every writer of the root must go through
+//!   [`Tenants`].
+//! - **Budget.** At most [`TenantsOptions::open_logs_max`] logs are open at once, counting
+//!   each tenant's WAL, journal and push log as one log each: resuming one past it first
+//!   hibernates the least recently used open log (of any tenant and facet) that has no call
+//!   in flight. If every open log has a call in flight the resume goes ahead over the budget,
 //!   and the next resume hibernates the excess.
 //! - **Hibernation.** A hibernated log has given back its instance and its files; its slot
-//!   keeps only its name and counters. Hibernating flushes the log first, so every record
-//!   acknowledged (durable or not) is on disk before the files close; a log whose flush fails
-//!   stays open and its handle reports the error. The next call resumes it: the log is opened
-//!   again (a new instance, its tail recovered) and the call goes on; the caller sees only the
-//!   latency. [`Tenants::hibernate_idle`] hibernates the logs that have had no call for
-//!   [`TenantsOptions::idle_after`]; the registry starts no thread to do it, so the embedder
-//!   calls it from its own timer (each resume also calls it).
-//! - **Durability.** A call through a [`TenantWal`] promises what the same call on a
-//!   [`Wal`] promises, under the registry's [`WalOptions`]: hibernating and resuming add no
-//!   window, since the flush before hibernation makes every acknowledged record durable and
-//!   the resume recovers exactly what is on disk.
+//!   keeps only its tenant's name and counters. Hibernating a WAL flushes it first, so every
+//!   record acknowledged (durable or not) is on disk before the files close; a WAL whose
+//!   flush fails stays open and its handle reports the error. A journal's appends and
+//!   compactions and a push log's pushes and compactions are durable when they return, so
+//!   hibernating one waits only for the call in flight. The next call resumes the log: it is
+//!   opened again (a new instance, its tail recovered) and the call goes on; the caller sees
+//!   only the latency. [`Tenants::hibernate_idle`] hibernates the logs that have had no call
+//!   for [`TenantsOptions::idle_after`]; the registry starts no thread to do it, so the
+//!   embedder calls it from its own timer (each resume also calls it).
+//! - **Durability.** A call through a [`TenantWal`], [`TenantJournal`] or [`TenantPushLog`]
+//!   promises what the same call on a [`Wal`], [`crate::Journal`] or [`crate::PushLog`]
+//!   promises, under the registry's options: hibernating and resuming add no window, since
+//!   nothing acknowledged is left unsynced when the files close and the resume recovers
+//!   exactly what is on disk.
 
 use std::collections::HashMap;
-use std::ops::Range;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use arrow_schema::SchemaRef;
 use stele::vfs::{Vfs, VfsError, VfsLock};
-use stele::wal::{DurabilityPolicy, LogSeq, WalOptions};
+use stele::wal::{DurabilityPolicy, WalOptions};
 
 use crate::fs::{LockTable, RealFs, SubdirVfs};
+use crate::journal::JournalError;
 use crate::mode::Mode;
+use crate::push_log::{PushLog, PushLogCallError};
 use crate::sandbox::SandboxLimits;
 use crate::wal::{Wal, WalError};
 
+mod journal;
+mod push_log;
+mod slot;
+mod wal;
+
+pub use journal::{TENANT_JOURNAL_PATH, TenantJournal};
+pub use push_log::{TENANT_PUSH_LOG_PATH, TenantPushLog};
+pub use wal::{TENANT_LOG_PATH, TenantWal};
+
+use journal::JournalSlot;
+use push_log::PushLogSlot;
+use slot::{Resident, Slot, Tenant, address, lock};
+
 /// The lock file a registry holds in its root.
 pub const ROOT_LOCK_NAME: &str = ".stele-tenants.lock";
-
-/// The log's path in its tenant's directory.
-pub const TENANT_LOG_PATH: &str = "log";
 
 /// Default of [`TenantsOptions::open_logs_max`]: each open log holds one file descriptor (its
 /// active segment; a rotation briefly holds the next one too), so 1,024 fit the common soft
@@ -147,7 +168,7 @@ pub enum TenantsError {
     /// The root could not be opened or read.
     #[error("the tenants' root: {0}")]
     Root(VfsError),
-    /// The tenant's log refused the call, or could not be opened (resumed).
+    /// The tenant's WAL refused the call, or could not be opened (resumed).
     #[error("tenant {tenant:?}: {source}")]
     Wal {
         /// Whose log.
@@ -156,42 +177,64 @@ pub enum TenantsError {
         #[source]
         source: WalError,
     },
+    /// The tenant's journal refused the call, or could not be opened (resumed).
+    #[error("tenant {tenant:?}: journal: {source}")]
+    Journal {
+        /// Whose journal.
+        tenant: String,
+        /// The journal's error.
+        #[source]
+        source: JournalError,
+    },
+    /// The tenant's push log refused the call, or could not be opened (resumed).
+    #[error("tenant {tenant:?}: push log: {source}")]
+    PushLog {
+        /// Whose push log.
+        tenant: String,
+        /// The push log's error.
+        #[source]
+        source: PushLogCallError,
+    },
+    /// [`Tenants::push_log`] was given another schema than the one this registry first opened
+    /// the tenant's push log with.
+    #[error("tenant {tenant:?}: its push log is open with another schema")]
+    PushLogSchema {
+        /// Whose push log.
+        tenant: String,
+    },
 }
 
-/// Whether a tenant's log is open.
+/// Whether any of a tenant's logs is open.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum TenantState {
-    /// Its instance and files are open.
+    /// One of its logs (or more) has its instance and files open.
     Open,
-    /// It holds no instance and no file; its next call resumes it.
+    /// It holds no instance and no file; its next call resumes the log it names.
     Hibernated,
 }
 
-/// One tenant's figures, since the registry was opened.
+/// One tenant's figures, since the registry was opened, summed over its logs.
 #[derive(Clone, Debug)]
 pub struct TenantStats {
     /// Open or hibernated.
     pub state: TenantState,
     /// Calls made through its handles.
     pub calls: u64,
-    /// Payload bytes committed.
+    /// Bytes committed: WAL payloads, journal frames, and pushed batches' Arrow memory size.
     pub bytes: u64,
-    /// Durable calls (commits that waited for a sync, flushes): an upper bound on its syncs.
+    /// Durable calls (WAL commits that waited for a sync and flushes, journal appends and
+    /// compactions, pushes and push log compactions): an upper bound on its syncs.
     pub durable_calls: u64,
-    /// Times it was resumed from hibernation (or opened for the first time).
+    /// Times one of its logs was resumed from hibernation (or opened for the first time).
     pub opens: u64,
-    /// Times it was hibernated.
+    /// Times one of its logs was hibernated.
     pub hibernations: u64,
     /// When its last call ended (or it was registered).
     pub last_used: Instant,
 }
 
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(PoisonError::into_inner)
-}
-
 /// The registry: see the module doc. Cloning shares it; the root's lock is released when the
-/// last clone and the last [`TenantWal`] are dropped.
+/// last clone and the last handle are dropped.
 #[derive(Clone)]
 pub struct Tenants {
     registry: Arc<Registry>,
@@ -206,13 +249,21 @@ impl std::fmt::Debug for Tenants {
     }
 }
 
-struct Registry {
+/// A registered tenant: its figures and the slots of the logs it has asked for.
+struct Registered {
+    tenant: Arc<Tenant>,
+    wal: Option<Arc<Slot<Wal>>>,
+    journal: Option<Arc<JournalSlot>>,
+    push_log: Option<PushLogSlot>,
+}
+
+pub(crate) struct Registry {
     root: Arc<dyn Vfs>,
     options: TenantsOptions,
     /// Every tenant that has been asked for, open or hibernated.
-    slots: Mutex<HashMap<String, Arc<Slot>>>,
-    /// The open ones: the candidates for hibernation.
-    open: Mutex<Vec<Arc<Slot>>>,
+    tenants: Mutex<HashMap<String, Registered>>,
+    /// The open logs, of every tenant and facet: the candidates for hibernation.
+    open: Mutex<Vec<Arc<dyn Resident>>>,
     /// The writer locks the tenants' logs hold, by path in the root. The root's lock keeps
     /// every other process out, so a tenant's lock only excludes this process's other
     /// writers: in memory, it saves the descriptor a lock file holds, one per open log.
@@ -221,22 +272,6 @@ struct Registry {
     epoch: Instant,
     /// Held for the registry's life (see the module doc, "Exclusion").
     _root_lock: Box<dyn VfsLock>,
-}
-
-struct Slot {
-    name: String,
-    /// The open log; `None` while hibernated. Held while the log opens or hibernates, so that
-    /// a tenant's log is opened by one caller at a time.
-    wal: Mutex<Option<Wal>>,
-    /// Calls holding a clone of the open log. Raised only under `wal`'s lock, so a
-    /// hibernation that sees zero under it knows nobody uses the log.
-    in_flight: AtomicUsize,
-    last_used_ms: AtomicU64,
-    calls: AtomicU64,
-    bytes: AtomicU64,
-    durable_calls: AtomicU64,
-    opens: AtomicU64,
-    hibernations: AtomicU64,
 }
 
 /// Checks a tenant name (see [`TenantsError::BadName`]).
@@ -295,7 +330,7 @@ impl Tenants {
             registry: Arc::new(Registry {
                 root: vfs,
                 options,
-                slots: Mutex::default(),
+                tenants: Mutex::default(),
                 open: Mutex::default(),
                 locks: LockTable::new(),
                 epoch: Instant::now(),
@@ -304,56 +339,152 @@ impl Tenants {
         })
     }
 
-    /// The handle to `tenant`'s log: registered on first use (its directory is made when the
-    /// log first opens), not opened until its first call. Every handle to one tenant shares
-    /// one log.
-    pub fn wal(&self, tenant: &str) -> Result<TenantWal, TenantsError> {
+    /// `tenant`'s entry, registered on first use (its directory is made when one of its logs
+    /// first opens).
+    fn with_registered<T>(
+        &self,
+        tenant: &str,
+        f: impl FnOnce(&mut Registered, u64) -> Result<T, TenantsError>,
+    ) -> Result<T, TenantsError> {
         check_name(tenant)?;
-        let mut slots = lock(&self.registry.slots);
-        let slot = slots
+        let now_ms = self.registry.now_ms();
+        let mut tenants = lock(&self.registry.tenants);
+        let registered = tenants
             .entry(tenant.to_owned())
-            .or_insert_with(|| {
-                Arc::new(Slot {
-                    name: tenant.to_owned(),
-                    wal: Mutex::new(None),
-                    in_flight: AtomicUsize::new(0),
-                    last_used_ms: AtomicU64::new(self.registry.now_ms()),
-                    calls: AtomicU64::new(0),
-                    bytes: AtomicU64::new(0),
-                    durable_calls: AtomicU64::new(0),
-                    opens: AtomicU64::new(0),
-                    hibernations: AtomicU64::new(0),
+            .or_insert_with(|| Registered {
+                tenant: Arc::new(Tenant::new(tenant, now_ms)),
+                wal: None,
+                journal: None,
+                push_log: None,
+            });
+        f(registered, now_ms)
+    }
+
+    /// The handle to `tenant`'s WAL: registered on first use, not opened until its first
+    /// call. Every handle to one tenant's WAL shares one log.
+    pub fn wal(&self, tenant: &str) -> Result<TenantWal, TenantsError> {
+        let slot = self.with_registered(tenant, |registered, now_ms| {
+            let tenant = registered.tenant.clone();
+            Ok(registered
+                .wal
+                .get_or_insert_with(|| {
+                    Arc::new(Slot::new(
+                        tenant,
+                        now_ms,
+                        Box::new(|options, name, vfs| {
+                            Wal::open_with_limits(
+                                vfs,
+                                TENANT_LOG_PATH,
+                                options.wal,
+                                options.mode,
+                                options.limits,
+                            )
+                            .map(|(wal, _recovery)| wal)
+                            .map_err(|source| TenantsError::Wal {
+                                tenant: name.to_owned(),
+                                source,
+                            })
+                        }),
+                    ))
                 })
-            })
-            .clone();
+                .clone())
+        })?;
         Ok(TenantWal {
             registry: self.registry.clone(),
             slot,
         })
     }
 
-    /// Logs open now.
+    /// The handle to `tenant`'s journal (the tokio API): registered on first use, not opened
+    /// until its first call. Every handle to one tenant's journal shares one writer.
+    pub fn journal(&self, tenant: &str) -> Result<TenantJournal, TenantsError> {
+        let slot = self.with_registered(tenant, |registered, now_ms| {
+            let tenant = registered.tenant.clone();
+            Ok(registered
+                .journal
+                .get_or_insert_with(|| Arc::new(JournalSlot::new(tenant, now_ms)))
+                .clone())
+        })?;
+        Ok(TenantJournal {
+            registry: self.registry.clone(),
+            slot,
+        })
+    }
+
+    /// The handle to `tenant`'s push log, whose batches have `schema`: registered on first
+    /// use, not opened until its first call. Every handle to one tenant's push log shares one
+    /// log.
+    ///
+    /// # Errors
+    /// [`TenantsError::PushLogSchema`] if this registry gave out the tenant's push log with
+    /// another schema. (A log on disk written with another schema refuses the first push, as
+    /// [`PushLog::append`] says.)
+    pub fn push_log(&self, tenant: &str, schema: SchemaRef) -> Result<TenantPushLog, TenantsError> {
+        let (slot, schema) = self.with_registered(tenant, |registered, now_ms| {
+            let tenant = registered.tenant.clone();
+            let entry = registered.push_log.get_or_insert_with(|| {
+                let opened_schema = schema.clone();
+                PushLogSlot {
+                    schema: schema.clone(),
+                    slot: Arc::new(Slot::new(
+                        tenant,
+                        now_ms,
+                        Box::new(move |options, name, vfs| {
+                            PushLog::new_with_limits(
+                                vfs,
+                                TENANT_PUSH_LOG_PATH,
+                                opened_schema.clone(),
+                                options.mode,
+                                options.limits,
+                            )
+                            .map(Arc::new)
+                            .map_err(|source| TenantsError::PushLog {
+                                tenant: name.to_owned(),
+                                source,
+                            })
+                        }),
+                    )),
+                }
+            });
+            if entry.schema != schema {
+                return Err(TenantsError::PushLogSchema {
+                    tenant: registered.tenant.name.clone(),
+                });
+            }
+            Ok((entry.slot.clone(), entry.schema.clone()))
+        })?;
+        Ok(TenantPushLog {
+            registry: self.registry.clone(),
+            slot,
+            schema,
+        })
+    }
+
+    /// Logs open now, of every tenant and facet.
     pub fn open_logs(&self) -> usize {
         lock(&self.registry.open).len()
     }
 
     /// Tenants registered (open or hibernated).
     pub fn registered(&self) -> usize {
-        lock(&self.registry.slots).len()
+        lock(&self.registry.tenants).len()
     }
 
     /// `tenant`'s figures, if it is registered.
     pub fn stats(&self, tenant: &str) -> Option<TenantStats> {
-        let slot = lock(&self.registry.slots).get(tenant).cloned()?;
-        Some(self.registry.stats_of(&slot))
+        let tenant = lock(&self.registry.tenants).get(tenant)?.tenant.clone();
+        Some(self.registry.stats_of(&tenant))
     }
 
     /// Every registered tenant's figures, by name.
     pub fn all_stats(&self) -> Vec<(String, TenantStats)> {
-        let slots: Vec<Arc<Slot>> = lock(&self.registry.slots).values().cloned().collect();
-        let mut all: Vec<(String, TenantStats)> = slots
+        let tenants: Vec<Arc<Tenant>> = lock(&self.registry.tenants)
+            .values()
+            .map(|registered| registered.tenant.clone())
+            .collect();
+        let mut all: Vec<(String, TenantStats)> = tenants
             .iter()
-            .map(|slot| (slot.name.clone(), self.registry.stats_of(slot)))
+            .map(|tenant| (tenant.name.clone(), self.registry.stats_of(tenant)))
             .collect();
         all.sort_by(|a, b| a.0.cmp(&b.0));
         all
@@ -377,62 +508,70 @@ impl Registry {
         self.epoch.elapsed().as_millis() as u64
     }
 
-    fn stats_of(&self, slot: &Slot) -> TenantStats {
-        // Counted after an open succeeds and after a hibernation drops the log, so a slot
-        // being opened or hibernated reads as it was.
-        let state =
-            if slot.opens.load(Ordering::Relaxed) > slot.hibernations.load(Ordering::Relaxed) {
+    fn stats_of(&self, tenant: &Tenant) -> TenantStats {
+        use std::sync::atomic::Ordering::Relaxed;
+        let (opens, hibernations) = (
+            tenant.opens.load(Relaxed),
+            tenant.hibernations.load(Relaxed),
+        );
+        TenantStats {
+            state: if opens > hibernations {
                 TenantState::Open
             } else {
                 TenantState::Hibernated
-            };
-        TenantStats {
-            state,
-            calls: slot.calls.load(Ordering::Relaxed),
-            bytes: slot.bytes.load(Ordering::Relaxed),
-            durable_calls: slot.durable_calls.load(Ordering::Relaxed),
-            opens: slot.opens.load(Ordering::Relaxed),
-            hibernations: slot.hibernations.load(Ordering::Relaxed),
-            last_used: self.epoch
-                + Duration::from_millis(slot.last_used_ms.load(Ordering::Relaxed)),
+            },
+            calls: tenant.calls.load(Relaxed),
+            bytes: tenant.bytes.load(Relaxed),
+            durable_calls: tenant.durable_calls.load(Relaxed),
+            opens,
+            hibernations,
+            last_used: self.epoch + Duration::from_millis(tenant.last_used_ms.load(Relaxed)),
         }
     }
 
-    /// Opens `slot`'s log (its `wal` lock held by the caller), first making room within the
-    /// budget.
-    fn resume(&self, slot: &Arc<Slot>) -> Result<Wal, TenantsError> {
-        let _ = self.hibernate_idle();
-        self.make_room(slot);
-        let wal_error = |source| TenantsError::Wal {
-            tenant: slot.name.clone(),
-            source,
-        };
-        match self.root.create_dir(&slot.name) {
+    /// `tenant`'s directory, made if it is not there yet, as the root its logs see.
+    fn tenant_vfs(&self, tenant: &str) -> Result<Arc<dyn Vfs>, TenantsError> {
+        match self.root.create_dir(tenant) {
             Ok(()) | Err(VfsError::AlreadyExists) => {}
             Err(e) => return Err(TenantsError::Root(e)),
         }
-        let vfs = SubdirVfs::new(self.root.clone(), &slot.name)
+        let vfs = SubdirVfs::new(self.root.clone(), tenant)
             .map_err(TenantsError::Root)?
             .with_lock_table(self.locks.clone());
-        let (wal, _recovery) = Wal::open_with_limits(
-            Arc::new(vfs),
-            TENANT_LOG_PATH,
-            self.options.wal,
-            self.options.mode,
-            self.options.limits,
-        )
-        .map_err(wal_error)?;
-        slot.opens.fetch_add(1, Ordering::Relaxed);
-        lock(&self.open).push(slot.clone());
-        Ok(wal)
+        Ok(Arc::new(vfs))
     }
 
-    /// Hibernates least recently used open logs (other than `resuming`, with no call in
-    /// flight) until one more fits the budget. A log that cannot be hibernated now (a call
-    /// started meanwhile, another caller holds it, its flush failed) is passed over; with none
-    /// left, the resume goes over the budget (see the module doc).
-    fn make_room(&self, resuming: &Arc<Slot>) {
-        let mut passed_over: Vec<Arc<Slot>> = Vec::new();
+    /// Before a log opens: hibernates the idle ones, then makes room within the budget.
+    fn before_resume(&self) {
+        if let Err(error) = self.hibernate_idle() {
+            tracing::warn!(%error, "an idle log could not be hibernated");
+        }
+        self.make_room();
+    }
+
+    /// A log of `tenant` was opened: it joins the open set.
+    fn admit(&self, tenant: &Tenant, resident: Arc<dyn Resident>) {
+        tenant
+            .opens
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        lock(&self.open).push(resident);
+    }
+
+    /// A log of `tenant` was hibernated: it leaves the open set.
+    fn evict(&self, tenant: &Tenant, resident: &dyn Resident) {
+        tenant
+            .hibernations
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let gone = address(resident);
+        lock(&self.open).retain(|open| address(&**open) != gone);
+    }
+
+    /// Hibernates least recently used open logs with no call in flight until one more fits
+    /// the budget. A log that cannot be hibernated now (a call started meanwhile, another
+    /// caller holds it, its flush failed) is passed over; with none left, the resume goes over
+    /// the budget (see the module doc).
+    fn make_room(&self) {
+        let mut passed_over: Vec<*const ()> = Vec::new();
         loop {
             let victim = {
                 let open = lock(&self.open);
@@ -440,54 +579,21 @@ impl Registry {
                     return;
                 }
                 open.iter()
-                    .filter(|s| {
-                        !Arc::ptr_eq(s, resuming)
-                            && s.in_flight.load(Ordering::SeqCst) == 0
-                            && !passed_over.iter().any(|p| Arc::ptr_eq(p, s))
-                    })
-                    .min_by_key(|s| s.last_used_ms.load(Ordering::Relaxed))
+                    .filter(|r| !r.in_flight() && !passed_over.contains(&address(&***r)))
+                    .min_by_key(|r| r.last_used_ms())
                     .cloned()
             };
             let Some(victim) = victim else {
                 return;
             };
-            let hibernated = match victim.wal.try_lock() {
-                Ok(mut wal) => self
-                    .hibernate_locked(&victim, &mut wal)
-                    .unwrap_or_else(|error| {
-                        tracing::warn!(%error, "a log could not be hibernated to make room");
-                        false
-                    }),
-                Err(_) => false,
-            };
+            let hibernated = victim.try_hibernate(self).unwrap_or_else(|error| {
+                tracing::warn!(%error, "a log could not be hibernated to make room");
+                false
+            });
             if !hibernated {
-                passed_over.push(victim);
+                passed_over.push(address(&*victim));
             }
         }
-    }
-
-    /// Hibernates `slot` if its log is open and idle (its `wal` lock held): flushes, drops
-    /// the log, leaves the open set. Returns whether it did.
-    fn hibernate_locked(
-        &self,
-        slot: &Arc<Slot>,
-        wal: &mut Option<Wal>,
-    ) -> Result<bool, TenantsError> {
-        if slot.in_flight.load(Ordering::SeqCst) != 0 {
-            return Ok(false);
-        }
-        let Some(open) = wal.as_ref() else {
-            return Ok(false);
-        };
-        // Every acknowledged record durable before the files close.
-        open.flush().map_err(|source| TenantsError::Wal {
-            tenant: slot.name.clone(),
-            source,
-        })?;
-        drop(wal.take());
-        slot.hibernations.fetch_add(1, Ordering::Relaxed);
-        lock(&self.open).retain(|s| !Arc::ptr_eq(s, slot));
-        Ok(true)
     }
 
     fn hibernate_idle(&self) -> Result<usize, TenantsError> {
@@ -496,139 +602,17 @@ impl Registry {
         };
         let now = self.now_ms();
         let idle_ms = idle_after.as_millis() as u64;
-        let idle: Vec<Arc<Slot>> = lock(&self.open)
+        let idle: Vec<Arc<dyn Resident>> = lock(&self.open)
             .iter()
-            .filter(|s| {
-                s.in_flight.load(Ordering::SeqCst) == 0
-                    && now.saturating_sub(s.last_used_ms.load(Ordering::Relaxed)) >= idle_ms
-            })
+            .filter(|r| !r.in_flight() && now.saturating_sub(r.last_used_ms()) >= idle_ms)
             .cloned()
             .collect();
         let mut hibernated = 0;
-        for slot in idle {
-            if let Ok(mut wal) = slot.wal.try_lock()
-                && self.hibernate_locked(&slot, &mut wal)?
-            {
+        for resident in idle {
+            if resident.try_hibernate(self)? {
                 hibernated += 1;
             }
         }
         Ok(hibernated)
-    }
-}
-
-/// A handle to one tenant's log in a [`Tenants`] registry: [`Wal`]'s calls, each resuming the
-/// log first if it is hibernated. Cloning shares the log.
-#[derive(Clone)]
-pub struct TenantWal {
-    registry: Arc<Registry>,
-    slot: Arc<Slot>,
-}
-
-impl std::fmt::Debug for TenantWal {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("TenantWal")
-            .field("tenant", &self.slot.name)
-            .finish_non_exhaustive()
-    }
-}
-
-/// A call in flight on an open log: lowers the slot's count when the call ends.
-struct InFlight<'a> {
-    slot: &'a Slot,
-    wal: Wal,
-    registry: &'a Registry,
-}
-
-impl Drop for InFlight<'_> {
-    fn drop(&mut self) {
-        self.slot
-            .last_used_ms
-            .store(self.registry.now_ms(), Ordering::Relaxed);
-        self.slot.in_flight.fetch_sub(1, Ordering::SeqCst);
-    }
-}
-
-impl TenantWal {
-    /// The tenant's name.
-    pub fn tenant(&self) -> &str {
-        &self.slot.name
-    }
-
-    /// The open log, resumed if hibernated, counted as in flight until the guard drops.
-    fn enter(&self) -> Result<InFlight<'_>, TenantsError> {
-        let mut wal = lock(&self.slot.wal);
-        if wal.is_none() {
-            *wal = Some(self.registry.resume(&self.slot)?);
-        }
-        let open = wal.as_ref().expect("opened above").clone();
-        self.slot.in_flight.fetch_add(1, Ordering::SeqCst);
-        self.slot.calls.fetch_add(1, Ordering::Relaxed);
-        Ok(InFlight {
-            slot: &self.slot,
-            wal: open,
-            registry: &self.registry,
-        })
-    }
-
-    fn call<T>(
-        &self,
-        durable: bool,
-        bytes: usize,
-        f: impl FnOnce(&Wal) -> Result<T, WalError>,
-    ) -> Result<T, TenantsError> {
-        let guard = self.enter()?;
-        let result = f(&guard.wal).map_err(|source| TenantsError::Wal {
-            tenant: self.slot.name.clone(),
-            source,
-        });
-        if result.is_ok() {
-            self.slot.bytes.fetch_add(bytes as u64, Ordering::Relaxed);
-            if durable {
-                self.slot.durable_calls.fetch_add(1, Ordering::Relaxed);
-            }
-        }
-        result
-    }
-
-    /// [`Wal::commit`]: acknowledged, durable at the next sync (under the registry's policy).
-    pub fn commit(&self, op: u16, payload: &[u8]) -> Result<LogSeq, TenantsError> {
-        self.call(false, payload.len(), |wal| wal.commit(op, payload))
-    }
-
-    /// [`Wal::commit_durable`]: durable when it returns.
-    pub fn commit_durable(&self, op: u16, payload: &[u8]) -> Result<LogSeq, TenantsError> {
-        self.call(true, payload.len(), |wal| wal.commit_durable(op, payload))
-    }
-
-    /// [`Wal::commit_many`].
-    pub fn commit_many(&self, records: &[(u16, &[u8])]) -> Result<Range<LogSeq>, TenantsError> {
-        let bytes = records.iter().map(|(_, p)| p.len()).sum();
-        self.call(false, bytes, |wal| wal.commit_many(records))
-    }
-
-    /// [`Wal::commit_many_durable`]: every record durable when it returns.
-    pub fn commit_many_durable(
-        &self,
-        records: &[(u16, &[u8])],
-    ) -> Result<Range<LogSeq>, TenantsError> {
-        let bytes = records.iter().map(|(_, p)| p.len()).sum();
-        self.call(true, bytes, |wal| wal.commit_many_durable(records))
-    }
-
-    /// [`Wal::flush`]: every record committed so far durable when it returns.
-    pub fn flush(&self) -> Result<(), TenantsError> {
-        self.call(true, 0, |wal| wal.flush())
-    }
-
-    /// The log's writer stats ([`Wal::stats`]); resumes a hibernated log.
-    pub fn stats(&self) -> Result<stele::wal::WalWriterStats, TenantsError> {
-        self.call(false, 0, |wal| wal.stats())
-    }
-
-    /// Hibernates the log now if it is open with no call in flight (flushing it first);
-    /// returns whether it did.
-    pub fn hibernate(&self) -> Result<bool, TenantsError> {
-        let mut wal = lock(&self.slot.wal);
-        self.registry.hibernate_locked(&self.slot, &mut wal)
     }
 }

@@ -5,9 +5,8 @@ use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 
 use stele::vfs::Vfs;
-use stele::wal::{DurabilityPolicy, LogSeq, VisibleRecord, WalOptions, WalWriter};
-use stele_host::fs::{CrashPlan, FaultFs, FaultRule, OpKind, SubdirVfs};
-use stele_host::tenants::{TENANT_LOG_PATH, TenantWal, Tenants, TenantsOptions};
+use stele::wal::{DurabilityPolicy, LogSeq, WalOptions, WalWriter};
+use stele_host::fs::{CrashPlan, FaultFs, FaultRule, OpKind};
 use stele_host::{Mode, Wal, read_wal};
 use stele_tests::crash::{
     CrashWorkload, SplitMix, explore, explore_fault_schedule, fault_suffix, sample_states,
@@ -17,7 +16,7 @@ use stele_tests::{ci_line, op_of, payload, payload_id};
 const PATH: &str = "w.wal";
 const FIRST_SEQ: u64 = 1000;
 
-type Id = stele_tests::PayloadId;
+pub(crate) type Id = stele_tests::PayloadId;
 
 /// 3 writers commit durable and non-durable records, mixed (single commits, durable commits,
 /// durable batches, commits followed by a flush), with payload sizes spanning one to several
@@ -33,10 +32,10 @@ struct WalWorkload {
 }
 
 #[derive(Default)]
-struct WalOracle {
-    committed: HashMap<Id, (u16, Vec<u8>)>,
+pub(crate) struct WalOracle {
+    pub(crate) committed: HashMap<Id, (u16, Vec<u8>)>,
     /// Durable acknowledgments: the boundary at which the acknowledgment was observed.
-    acks: Vec<(usize, Id)>,
+    pub(crate) acks: Vec<(usize, Id)>,
 }
 
 impl WalWorkload {
@@ -357,205 +356,4 @@ fn wal_crash_matrix_with_a_failed_dir_sync_has_no_violations() {
         }
     });
     assert_eq!(runs, 2, "the new log's directory sync and the reopen's");
-}
-
-/// Tenants through a [`Tenants`] registry that holds at most two logs open: three tenants
-/// commit (durable and not), flush and hibernate in a seeded order, so that most calls resume
-/// a hibernated log and hibernate another to make room. The claim held: hibernating flushes,
-/// so a record acknowledged before its log hibernated (durable or not) survives any crash
-/// after the hibernation returned, and a resume recovers exactly what is on disk.
-struct TenantsWorkload {
-    /// Where the recorded run's logs run (the check recovers natively).
-    mode: Mode,
-    seed: u64,
-    steps: u64,
-}
-
-const TENANT_NAMES: [&str; 3] = ["alpha", "beta", "gamma"];
-
-impl TenantsWorkload {
-    fn options(&self) -> TenantsOptions {
-        TenantsOptions::default()
-            .with_mode(self.mode)
-            // Small segments, so that the run also rolls segments over between hibernations.
-            .with_wal(WalOptions::segmented(DurabilityPolicy::FullSync, 4096))
-            .with_open_logs_max(2)
-    }
-}
-
-impl CrashWorkload for TenantsWorkload {
-    type Oracle = WalOracle;
-
-    fn name(&self) -> String {
-        format!("tenants-{}-seed{}", self.mode.name(), self.seed)
-    }
-
-    fn run(&self, fs: &FaultFs) -> WalOracle {
-        let mut oracle = WalOracle::default();
-        let tenants = Tenants::on_vfs(Arc::new(fs.clone()), self.options()).expect("registry");
-        let handles: Vec<TenantWal> = TENANT_NAMES
-            .iter()
-            .map(|name| tenants.wal(name).expect("tenant"))
-            .collect();
-        let hibernations = |t: usize| tenants.stats(TENANT_NAMES[t]).unwrap().hibernations;
-        let mut seen_hibernations = [0u64; TENANT_NAMES.len()];
-        let mut unacked: Vec<Vec<Id>> = vec![Vec::new(); TENANT_NAMES.len()];
-        let mut next_index = [0u64; TENANT_NAMES.len()];
-        let mut rng = SplitMix(self.seed);
-        for _ in 0..self.steps {
-            let t = rng.range(0, TENANT_NAMES.len() as u64) as usize;
-            let wal = &handles[t];
-            let kind = rng.range(0, 6);
-            let count = match kind {
-                0..=2 => 1,
-                3 => 2,
-                _ => 0,
-            };
-            let ids: Vec<Id> = (next_index[t]..next_index[t] + count)
-                .map(|k| (t as u64, k))
-                .collect();
-            next_index[t] += count;
-            let payloads: Vec<Vec<u8>> = ids
-                .iter()
-                .map(|id| payload(id.0, id.1, rng.range(16, 900) as usize))
-                .collect();
-            for (id, p) in ids.iter().zip(&payloads) {
-                oracle.committed.insert(*id, (op_of(*id), p.clone()));
-            }
-            let mut acked: Vec<Id> = Vec::new();
-            match kind {
-                0 | 1 => {
-                    wal.commit(op_of(ids[0]), &payloads[0]).expect("commit");
-                    unacked[t].extend(&ids);
-                }
-                2 => {
-                    wal.commit_durable(op_of(ids[0]), &payloads[0])
-                        .expect("durable commit");
-                    acked.extend(&ids);
-                }
-                3 => {
-                    let batch: Vec<(u16, &[u8])> = ids
-                        .iter()
-                        .zip(&payloads)
-                        .map(|(id, p)| (op_of(*id), &p[..]))
-                        .collect();
-                    wal.commit_many_durable(&batch).expect("durable batch");
-                    acked.extend(&ids);
-                }
-                4 => {
-                    wal.flush().expect("flush");
-                    acked.append(&mut unacked[t]);
-                }
-                _ => {
-                    // Hibernating an open, idle log flushes it; a hibernated one is left be
-                    // (and its records were acknowledged when it hibernated).
-                    wal.hibernate().expect("hibernate");
-                }
-            }
-            // A hibernation of any tenant (this call's, or one that made room for it) made
-            // that tenant's acknowledged records durable.
-            for (u, seen) in seen_hibernations.iter_mut().enumerate() {
-                let now = hibernations(u);
-                if now > *seen {
-                    *seen = now;
-                    acked.append(&mut unacked[u]);
-                }
-            }
-            let at = fs.boundaries() - 1;
-            oracle.acks.extend(acked.into_iter().map(|id| (at, id)));
-        }
-        let resumes: u64 = (0..TENANT_NAMES.len())
-            .map(|t| tenants.stats(TENANT_NAMES[t]).unwrap().opens)
-            .sum();
-        assert!(
-            resumes >= self.steps / 4,
-            "the run must resume logs often: {resumes} opens in {} steps",
-            self.steps
-        );
-        oracle
-    }
-
-    fn check(&self, crashed: FaultFs, oracle: &WalOracle, boundary: usize) -> Result<(), String> {
-        let root: Arc<dyn Vfs> = Arc::new(crashed.clone());
-        let first_seq = self.options().wal.first_seq;
-        let mut recovered: Vec<Vec<VisibleRecord>> = Vec::new();
-        for (t, name) in TENANT_NAMES.iter().enumerate() {
-            let dir: Arc<dyn Vfs> = Arc::new(SubdirVfs::new(root.clone(), name).unwrap());
-            let records = if root.exists(name).unwrap() && dir.exists(TENANT_LOG_PATH).unwrap() {
-                read_wal(dir, TENANT_LOG_PATH, Mode::Native)
-                    .map_err(|e| format!("{name}: read after the crash: {e}"))?
-                    .0
-            } else {
-                Vec::new()
-            };
-            let mut index = 0;
-            for (k, r) in records.iter().enumerate() {
-                if r.seq != LogSeq(first_seq.0 + k as u64) {
-                    return Err(format!("{name}: record {k} has seq {}", r.seq));
-                }
-                let id = (r.payload.len() >= 16).then(|| payload_id(&r.payload));
-                match id.and_then(|id| oracle.committed.get(&id).map(|c| (id, c))) {
-                    Some((id, (op, p)))
-                        if id == (t as u64, index) && *op == r.op && p[..] == r.payload[..] => {}
-                    _ => {
-                        return Err(format!(
-                            "{name}: seq {} is not the tenant's record {index} as committed",
-                            r.seq
-                        ));
-                    }
-                }
-                index += 1;
-            }
-            for (at, id) in &oracle.acks {
-                if *at <= boundary && id.0 == t as u64 && id.1 >= index {
-                    return Err(format!(
-                        "{name}: {id:?}, acknowledged durable at boundary {at}, was lost"
-                    ));
-                }
-            }
-            recovered.push(records);
-        }
-
-        // A new registry resumes every tenant where its log ends.
-        let tenants = Tenants::on_vfs(root.clone(), self.options().with_mode(Mode::Native))
-            .map_err(|e| format!("registry after the crash: {e}"))?;
-        for (name, records) in TENANT_NAMES.iter().zip(&recovered) {
-            let seq = tenants
-                .wal(name)
-                .and_then(|wal| wal.commit_durable(9, b"after the crash"))
-                .map_err(|e| format!("{name}: commit after the crash: {e}"))?;
-            if seq != LogSeq(first_seq.0 + records.len() as u64) {
-                return Err(format!(
-                    "{name}: the commit after the crash got seq {seq}, after {} records",
-                    records.len()
-                ));
-            }
-        }
-        Ok(())
-    }
-}
-
-#[test]
-fn tenants_crash_matrix_hibernation_and_resume_lose_nothing_acknowledged() {
-    for mode in [Mode::Native, Mode::Sandboxed] {
-        let workload = TenantsWorkload {
-            mode,
-            seed: 45,
-            steps: 80,
-        };
-        let (report, _, oracle) = explore(&workload);
-        report.print();
-        assert!(
-            report.violations.is_empty(),
-            "{} violations in {}",
-            report.violations.len(),
-            report.name
-        );
-        assert!(
-            oracle.acks.len() >= 20,
-            "the run must acknowledge records: {}",
-            oracle.acks.len()
-        );
-        assert!(report.states >= 1000, "{} states", report.states);
-    }
 }

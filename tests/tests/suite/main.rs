@@ -19,6 +19,7 @@ mod push_log;
 mod push_log_crash_matrix;
 mod push_log_pyarrow;
 mod sandbox_boundary;
+mod tenants_crash_matrix;
 mod wal;
 mod wal_async;
 mod wal_segments;

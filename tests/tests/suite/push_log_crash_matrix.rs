@@ -19,9 +19,9 @@ use stele_tests::crash::{CrashWorkload, SplitMix, explore, explore_fault_schedul
 
 const PATH: &str = "refs.log";
 
-type Row = (String, Option<String>, u64, i64);
+pub(crate) type Row = (String, Option<String>, u64, i64);
 
-fn batch(rows: &[Row]) -> RecordBatch {
+pub(crate) fn batch(rows: &[Row]) -> RecordBatch {
     RecordBatch::try_new(
         refs::schema(),
         vec![
@@ -34,7 +34,7 @@ fn batch(rows: &[Row]) -> RecordBatch {
     .unwrap()
 }
 
-fn rows_of(batch: &RecordBatch) -> Vec<Row> {
+pub(crate) fn rows_of(batch: &RecordBatch) -> Vec<Row> {
     let names = batch.column(0).as_string::<i32>();
     let targets = batch.column(1).as_string::<i32>();
     let seqs = batch.column(2).as_primitive::<UInt64Type>();
