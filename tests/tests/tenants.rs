@@ -7,13 +7,15 @@
 
 use std::sync::Arc;
 
+use stele::journal::{JournalOp, encode_frames, replay};
 use stele::vfs::Vfs;
 use stele::wal::{DurabilityPolicy, LogSeq, WalOptions};
 use stele_host::fs::{RealFs, SubdirVfs};
 use stele_host::runtime::{Runtime, RuntimeOptions};
 use stele_host::tenants::{TENANT_JOURNAL_PATH, TENANT_LOG_PATH, TENANT_PUSH_LOG_PATH};
 use stele_host::{
-    Mode, TenantState, TenantWal, Tenants, TenantsError, TenantsOptions, Wal, read_wal,
+    Mode, TenantJournal, TenantPushLog, TenantState, TenantWal, Tenants, TenantsError,
+    TenantsOptions, Wal, read_wal,
 };
 use stele_tests::{TEST_CODE_CACHE_DIR, payload, payload_id};
 
@@ -342,7 +344,6 @@ fn a_hibernated_log_holds_no_file_and_resumes_with_every_acknowledged_record() {
 #[test]
 fn journals_and_push_logs_share_the_budget_hibernate_and_resume_whole() {
     use arrow_array::{Int64Array, RecordBatch};
-    use stele::journal::{JournalOp, encode_frames, replay};
 
     let _alone = one_at_a_time();
     runtime();
@@ -511,12 +512,12 @@ const KILLED_PROCESS_ROOT: &str = "STELE_TEST_TENANTS_KILLED_PROCESS_ROOT";
 const KILLED_TENANTS: u64 = 16;
 const KILLED_OPEN_LOGS_MAX: usize = 4;
 
-/// A process commits round-robin across 16 sandboxed tenants' logs through a registry that
-/// keeps four open, so that it is nearly always resuming or hibernating one, and is killed
-/// (SIGKILL) mid-run; three times over the same root, each run carrying on the logs the last
-/// left. After each kill, every tenant's log is exactly its records in the order committed
-/// (no gap, nothing torn) and holds every record whose durable commit the process reported;
-/// a new registry then opens the root the dead one held.
+/// A process writes round-robin across 16 sandboxed tenants' WALs, journals and push logs
+/// (48 logs) through a registry that keeps four open, so that it is nearly always resuming or
+/// hibernating one, and is killed (SIGKILL) mid-run; three times over the same root, each run
+/// carrying on the logs the last left. After each kill, each of every tenant's logs is
+/// exactly its writes in the order made (no gap, nothing torn) and holds every write the
+/// process reported acknowledged; a new registry then opens the root the dead one held.
 #[test]
 fn a_registry_killed_amid_resumes_keeps_every_acknowledged_record() {
     if let Ok(root) = std::env::var(KILLED_PROCESS_ROOT) {
@@ -540,16 +541,24 @@ fn a_registry_killed_amid_resumes_keeps_every_acknowledged_record() {
             .stdout(std::process::Stdio::piped())
             .spawn()
             .unwrap();
-        // (tenant, index) of each durable commit the child reported as returned.
+        // (tenant, index) of each durable commit the child reported as returned, and of each
+        // journal append and push.
         let mut acked: Vec<(u64, u64)> = Vec::new();
+        let (mut appended, mut pushed): (Vec<(u64, u64)>, Vec<(u64, u64)>) = Default::default();
         let stdout = std::io::BufReader::new(child.stdout.take().unwrap());
         for line in std::io::BufRead::lines(stdout) {
             let line = line.unwrap();
-            let Some(ack) = line.strip_prefix("durable ") else {
+            let Some((kind, ack)) = line.split_once(' ') else {
                 continue;
             };
+            let into = match kind {
+                "durable" => &mut acked,
+                "appended" => &mut appended,
+                "pushed" => &mut pushed,
+                _ => continue,
+            };
             let (tenant, index) = ack.split_once(' ').unwrap();
-            acked.push((tenant.parse().unwrap(), index.parse().unwrap()));
+            into.push((tenant.parse().unwrap(), index.parse().unwrap()));
             if acked.len() == acks_before_kill {
                 break;
             }
@@ -583,7 +592,39 @@ fn a_registry_killed_amid_resumes_keeps_every_acknowledged_record() {
                     records.len()
                 );
             }
+            let (ops, pushes) = killed_journal_and_pushes(root.path(), &name);
+            assert_eq!(
+                ops,
+                (0..ops.len() as u64).collect::<Vec<_>>(),
+                "run {run}: {name}"
+            );
+            assert_eq!(
+                pushes,
+                (0..pushes.len() as u64).collect::<Vec<_>>(),
+                "run {run}: {name}"
+            );
+            for &(_, index) in appended.iter().filter(|(t, _)| *t == tenant) {
+                assert!(
+                    index < ops.len() as u64,
+                    "run {run}: {name}'s journal append {index} was acknowledged and is lost"
+                );
+            }
+            for &(_, index) in pushed.iter().filter(|(t, _)| *t == tenant) {
+                assert!(
+                    index < pushes.len() as u64,
+                    "run {run}: {name}'s push {index} was acknowledged and is lost"
+                );
+            }
         }
+        // One append or push per durable commit or so (each fourth commit is not durable).
+        assert!(
+            appended.len() + pushed.len() >= acks_before_kill / 2
+                && !appended.is_empty()
+                && !pushed.is_empty(),
+            "run {run}: the child must append and push ({} and {})",
+            appended.len(),
+            pushed.len()
+        );
     }
     // The dead process's root lock went with it.
     let tenants = Tenants::open(root.path(), killed_options()).unwrap();
@@ -619,23 +660,124 @@ fn run_until_killed(root: &std::path::Path) {
         .iter()
         .map(|log| log.stats().unwrap().visible_end.0)
         .collect();
+    let executor = stele_tests::tokio_runtime(1);
+    let journals: Vec<TenantJournal> = (0..KILLED_TENANTS)
+        .map(|t| tenants.journal(&format!("t{t}")).unwrap())
+        .collect();
+    let pushes: Vec<TenantPushLog> = (0..KILLED_TENANTS)
+        .map(|t| tenants.push_log(&format!("t{t}"), killed_schema()).unwrap())
+        .collect();
+    let mut next_op: Vec<u64> = journals
+        .iter()
+        .map(|journal| executor.block_on(journal.replay()).unwrap().0.len() as u64)
+        .collect();
+    let mut next_push: Vec<u64> = pushes
+        .iter()
+        .map(|log| log.frame_count().unwrap() as u64)
+        .collect();
     let mut out = std::io::stdout().lock();
+    let mut report = |line: String| {
+        std::io::Write::write_all(&mut out, line.as_bytes()).unwrap();
+        std::io::Write::flush(&mut out).unwrap();
+    };
     for round in 0u64.. {
         for (tenant, log) in logs.iter().enumerate() {
+            if round % 2 == 0 {
+                let index = next_op[tenant];
+                let mut frames = encode_frames(&[killed_op(index)]);
+                executor
+                    .block_on(journals[tenant].append(&mut frames))
+                    .unwrap();
+                report(format!("appended {tenant} {index}\n"));
+                next_op[tenant] += 1;
+            } else {
+                let index = next_push[tenant];
+                pushes[tenant].append(&killed_batch(index)).unwrap();
+                report(format!("pushed {tenant} {index}\n"));
+                next_push[tenant] += 1;
+            }
             let index = next[tenant];
             let record = payload(tenant as u64, index, 64 + (index % 7) as usize * 100);
             if (round + tenant as u64) % 4 == 3 {
                 log.commit(1, &record).unwrap();
             } else {
                 log.commit_durable(1, &record).unwrap();
-                std::io::Write::write_all(
-                    &mut out,
-                    format!("durable {tenant} {index}\n").as_bytes(),
-                )
-                .unwrap();
-                std::io::Write::flush(&mut out).unwrap();
+                report(format!("durable {tenant} {index}\n"));
             }
             next[tenant] += 1;
         }
     }
+}
+
+/// The killed process's journal op number `index`.
+fn killed_op(index: u64) -> JournalOp {
+    JournalOp::Set {
+        key: b"n".to_vec(),
+        value: index.to_le_bytes().to_vec(),
+    }
+}
+
+fn killed_schema() -> arrow_schema::SchemaRef {
+    Arc::new(arrow_schema::Schema::new(vec![arrow_schema::Field::new(
+        "n",
+        arrow_schema::DataType::UInt64,
+        false,
+    )]))
+}
+
+/// The killed process's push number `index`: one row holding it.
+fn killed_batch(index: u64) -> arrow_array::RecordBatch {
+    arrow_array::RecordBatch::try_new(
+        killed_schema(),
+        vec![Arc::new(arrow_array::UInt64Array::from(vec![index]))],
+    )
+    .unwrap()
+}
+
+/// The indexes of `tenant`'s journal ops and pushes, read natively in the order on disk.
+fn killed_journal_and_pushes(root: &std::path::Path, tenant: &str) -> (Vec<u64>, Vec<u64>) {
+    if !root.join(tenant).exists() {
+        return (Vec::new(), Vec::new());
+    }
+    let dir: Arc<dyn Vfs> =
+        Arc::new(SubdirVfs::new(Arc::new(RealFs::open_root(root).unwrap()), tenant).unwrap());
+    let ops = if dir.exists(TENANT_JOURNAL_PATH).unwrap() {
+        let (ops, _) = replay(&*dir, TENANT_JOURNAL_PATH).unwrap();
+        ops.iter()
+            .map(|op| match op {
+                JournalOp::Set { key, value } if key == b"n" => {
+                    u64::from_le_bytes(value[..].try_into().unwrap())
+                }
+                other => panic!("{tenant}: an op the process never appended: {other:?}"),
+            })
+            .collect()
+    } else {
+        Vec::new()
+    };
+    let pushes = if dir.exists(TENANT_PUSH_LOG_PATH).unwrap() {
+        let log = stele::push_log::PushLog::new(dir, TENANT_PUSH_LOG_PATH, killed_schema());
+        let mut scan = log.scan().unwrap();
+        let pushes = scan
+            .by_ref()
+            .flat_map(|frame| {
+                let batch = frame.unwrap().batch;
+                let column = batch
+                    .column(0)
+                    .as_any()
+                    .downcast_ref::<arrow_array::UInt64Array>()
+                    .unwrap()
+                    .clone();
+                column.values().to_vec()
+            })
+            .collect();
+        assert!(
+            !matches!(scan.end(), stele::recovery::LogEnd::Corrupt { .. }),
+            "{tenant}: {:?}",
+            scan.end()
+        );
+        pushes
+    } else {
+        Vec::new()
+    };
+    (ops, pushes)
 }
