@@ -544,7 +544,7 @@ fn a_registry_killed_amid_resumes_keeps_every_acknowledged_record() {
         // (tenant, index) of each durable commit the child reported as returned, and of each
         // journal append and push.
         let mut acked: Vec<(u64, u64)> = Vec::new();
-        let (mut appended, mut pushed): (Vec<(u64, u64)>, Vec<(u64, u64)>) = Default::default();
+        let (mut appended, mut pushed) = (Vec::new(), Vec::new());
         let stdout = std::io::BufReader::new(child.stdout.take().unwrap());
         for line in std::io::BufRead::lines(stdout) {
             let line = line.unwrap();
