@@ -42,8 +42,8 @@ enum Probe {
         log: PathBuf,
     },
     /// One row of the tenants table, in a process of its own.
-    #[command(hide = true)]
-    TenantsProbe {
+    #[command(hide = true, name = "tenants-probe")]
+    Tenants {
         #[arg(value_parser = parse_mode)]
         mode: Mode,
         logs: usize,
@@ -52,6 +52,14 @@ enum Probe {
         /// (`Runtime::pooling_config`), sized for the logs.
         #[arg(long)]
         pooled: bool,
+    },
+    /// One row of the registered tenants table, in a process of its own.
+    #[command(hide = true, name = "tenants-registered-probe")]
+    TenantsRegistered {
+        #[arg(value_parser = parse_mode)]
+        mode: Mode,
+        registered: usize,
+        dir: PathBuf,
     },
 }
 
@@ -91,7 +99,7 @@ fn runtime_options(probe: &Option<Probe>) -> Result<stele_host::runtime::Runtime
     use stele_host::runtime::{Runtime, RuntimeOptions, SandboxLimits};
     let options = RuntimeOptions::default().with_code_cache_dir(code_cache_env::code_cache_dir());
     Ok(match probe {
-        Some(Probe::TenantsProbe {
+        Some(Probe::Tenants {
             logs, pooled: true, ..
         }) => {
             let slots = u32::try_from(*logs + 1).context("too many logs for one pool")?;
@@ -110,9 +118,14 @@ fn main() -> ExitCode {
         })
         .and_then(|_| match cli.probe {
             Some(Probe::ColdStartAppend { mode, log }) => cold_start_append(mode, &log),
-            Some(Probe::TenantsProbe {
+            Some(Probe::Tenants {
                 mode, logs, dir, ..
             }) => bench::tenants_probe(mode, logs, &dir),
+            Some(Probe::TenantsRegistered {
+                mode,
+                registered,
+                dir,
+            }) => bench::tenants_registered_probe(mode, registered, &dir),
             None => cli.options.run(),
         });
     match result {

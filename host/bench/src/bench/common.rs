@@ -45,6 +45,8 @@ pub struct BenchArgs {
     pub pushes: usize,
     /// The counts of open logs the tenants table measures.
     pub tenants: Vec<usize>,
+    /// The counts of registered tenants (none open) the tenants table's second part measures.
+    pub tenants_registered: Vec<usize>,
 }
 
 /// Which tables `stele bench` runs.

@@ -18,7 +18,7 @@ mod common;
 mod sandbox;
 mod tenants;
 
-pub use tenants::probe as tenants_probe;
+pub use tenants::{probe as tenants_probe, registered_probe as tenants_registered_probe};
 
 pub use common::{BenchArgs, Workload};
 use common::{
@@ -278,6 +278,9 @@ pub struct BenchOptions {
     /// The counts of open logs the tenants table measures, each in a process of its own.
     #[arg(long, value_delimiter = ',', default_value = "100,1000,10000")]
     pub(crate) tenants: Vec<usize>,
+    /// The counts of registered tenants (none open) the tenants table's second part measures.
+    #[arg(long, value_delimiter = ',', default_value = "100000")]
+    pub(crate) tenants_registered: Vec<usize>,
     /// Journal appends per system.
     #[arg(long, default_value_t = 2000)]
     pub(crate) journal_appends: usize,
@@ -285,7 +288,8 @@ pub struct BenchOptions {
     #[arg(long, default_value_t = 64)]
     pub(crate) pushes: usize,
     /// A short run (under a minute on a 2-core machine): every table and system, with
-    /// 800 commits per row, 400 journal appends, 16 pushes and at most 100 tenants. Noisier;
+    /// 800 commits per row, 400 journal appends, 16 pushes, at most 100 tenants open and 1,000
+    /// registered. Noisier;
     /// for a smoke check.
     #[arg(long)]
     pub(crate) quick: bool,
@@ -319,6 +323,14 @@ impl BenchOptions {
                 self.tenants.into_iter().filter(|&n| n <= 100).collect()
             } else {
                 self.tenants
+            },
+            tenants_registered: if quick {
+                self.tenants_registered
+                    .into_iter()
+                    .map(|n| n.min(1000))
+                    .collect()
+            } else {
+                self.tenants_registered
             },
         };
         match self.dir {
@@ -384,6 +396,7 @@ pub fn run(dir: &Path, args: &BenchArgs) -> Result<()> {
     if args.workloads.contains(&Workload::Tenants) {
         progress().set_message("tenants");
         tenants::tenants_table(dir, &args.tenants)?;
+        tenants::registered_table(dir, &args.tenants_registered)?;
     }
     progress().finish_and_clear();
     Ok(())

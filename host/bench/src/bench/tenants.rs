@@ -12,8 +12,12 @@
 //! `Runtime::pooling_config` with a slot per log: the choice between the two is made here.
 //!
 //! Then every log is hibernated: what a hibernated log costs (memory, descriptors), and the
-//! latency of the first call on a sample of them (a resume). What it does not measure yet: a
-//! registry of 100,000 tenants (creating them takes minutes per process).
+//! latency of the first call on a sample of them (a resume).
+//!
+//! A second table registers many more tenants than are ever open (100,000 by default): their
+//! logs are made once, natively, by this process; then a probe process per mode registers
+//! every one in a registry (none opened: each is hibernated) and reports what a registered
+//! tenant costs, and the latency of resuming a sample of them from disk.
 
 use std::path::Path;
 use std::process::Command;
@@ -42,6 +46,11 @@ const RESUMES_SAMPLED: usize = 200;
 
 /// Rounds per row, modes alternated within each round; the table gives medians.
 const ROUNDS: usize = 3;
+
+/// Segment size of the registered table's logs: the smallest a segment may be, since 100,000
+/// logs each preallocate one (at 1 MiB, 100 GB). What a hibernated log costs does not depend
+/// on it.
+const REGISTERED_SEGMENT_BYTES: u64 = stele::wal::segment::SEGMENT_BYTES_MIN;
 
 /// What one probe process measured, printed as one JSON line.
 #[derive(Default)]
@@ -215,6 +224,152 @@ pub fn probe(mode: Mode, logs: usize, dir: &Path) -> Result<()> {
         "resume_p99_us": percentile(&resume_us, 0.99),
     });
     std::println!("{line}");
+    Ok(())
+}
+
+fn registered_options(mode: Mode) -> TenantsOptions {
+    TenantsOptions::default().with_mode(mode).with_wal(
+        WalOptions::new(DurabilityPolicy::FullSync)
+            .with_retained_bytes_max(0)
+            .with_segment_bytes(Some(REGISTERED_SEGMENT_BYTES)),
+    )
+}
+
+/// The hidden `tenants-registered-probe` subcommand: registers the `registered` tenants whose
+/// logs are under `dir/tenants` (made by [`registered_table`]) in one registry in `mode`, none
+/// opened, measures what they cost, then resumes a sample of them; prints one JSON line.
+pub fn registered_probe(mode: Mode, registered: usize, dir: &Path) -> Result<()> {
+    raise_open_files_limit();
+    let root = dir.join("tenants");
+    let tenants = Tenants::open(&root, registered_options(mode))?;
+    // The runtime (and the compiled components) first, with a log of its own that is left
+    // open: their cost is the process's, not the registered tenants'.
+    tenants.wal("warm")?.commit_durable(1, b"warm")?;
+    // SAFETY: malloc_trim only returns free heap pages to the kernel.
+    unsafe {
+        libc::malloc_trim(0);
+    }
+    let (rss_before, pss_before, fds_before) = (status("VmRSS")?, rollup("Pss")?, fds()?);
+    let started = Instant::now();
+    let mut wals = Vec::with_capacity(registered);
+    for i in 0..registered {
+        wals.push(tenants.wal(&format!("t{i}"))?);
+    }
+    let register_seconds = started.elapsed().as_secs_f64();
+    anyhow::ensure!(tenants.open_logs() == 1, "registering opened a log");
+    // SAFETY: as above.
+    unsafe {
+        libc::malloc_trim(0);
+    }
+    let (rss_registered, pss_registered) = (status("VmRSS")?, rollup("Pss")?);
+    let fds_registered = fds()?;
+    // The first call on a hibernated log resumes it: a new instance, the log's tail recovered
+    // from disk, and `stats`.
+    let mut resume_us = Vec::new();
+    for wal in wals.iter().step_by((registered / RESUMES_SAMPLED).max(1)) {
+        let started = Instant::now();
+        wal.stats()?;
+        resume_us.push(started.elapsed().as_secs_f64() * 1e6);
+    }
+    let line = serde_json::json!({
+        "register_us_per_tenant": register_seconds * 1e6 / registered as f64,
+        "registered_rss_per_tenant": rss_registered.saturating_sub(rss_before) as f64 / registered as f64,
+        "registered_pss_per_tenant": pss_registered.saturating_sub(pss_before) as f64 / registered as f64,
+        "registered_fds": fds_registered.saturating_sub(fds_before),
+        "rss_peak": status("VmHWM")?,
+        "resume_p50_us": percentile(&resume_us, 0.5),
+        "resume_p99_us": percentile(&resume_us, 0.99),
+    });
+    std::println!("{line}");
+    Ok(())
+}
+
+/// Makes `registered` tenants' logs under `root`, natively, each with one record: what the
+/// registered table's probes register.
+fn make_registered_logs(root: &Path, registered: usize) -> Result<()> {
+    std::fs::create_dir_all(root)?;
+    let tenants = Tenants::open(
+        root,
+        registered_options(Mode::Native).with_open_logs_max(256),
+    )?;
+    for i in 0..registered {
+        if i % 1000 == 0 {
+            super::common::progress()
+                .set_message(format!("tenants: making {registered} logs ({i})"));
+        }
+        let wal = tenants.wal(&format!("t{i}"))?;
+        wal.commit(1, b"registered")?;
+        wal.hibernate()?;
+    }
+    Ok(())
+}
+
+/// The registered table: for each count in `counts`, the logs made once, then a probe per
+/// mode, [`ROUNDS`] rounds with the modes alternated; medians.
+pub(crate) fn registered_table(dir: &Path, counts: &[usize]) -> Result<()> {
+    println!(
+        "\n## Many tenants registered, none open: a probe process registers N tenants whose logs are on disk (each hibernated), then resumes {RESUMES_SAMPLED} of them (medians of {ROUNDS} processes)\n"
+    );
+    println!(
+        "| N registered | mode | register µs per tenant | RSS / PSS per registered tenant (after malloc_trim) | fds of their own | resume p50 / p99 ms | peak RSS of the process |"
+    );
+    println!("|---:|---|---:|---:|---:|---:|---:|");
+    let exe = std::env::current_exe().context("this stele-bench binary's path")?;
+    for &registered in counts {
+        let probe_dir = dir.join(format!("tenants-registered-{registered}"));
+        let _ = std::fs::remove_dir_all(&probe_dir);
+        make_registered_logs(&probe_dir.join("tenants"), registered)?;
+        let modes = [Mode::Native, Mode::Sandboxed, Mode::SandboxedPlain];
+        let mut outcomes: Vec<Vec<Outcome>> = vec![Vec::new(); modes.len()];
+        for _ in 0..ROUNDS {
+            for (m, mode) in modes.iter().enumerate() {
+                super::common::progress()
+                    .set_message(format!("tenants: {registered} registered, {}", mode.name()));
+                let output = Command::new(&exe)
+                    .args([
+                        "tenants-registered-probe",
+                        mode.name(),
+                        &registered.to_string(),
+                    ])
+                    .arg(&probe_dir)
+                    .output()?;
+                outcomes[m].push(if output.status.success() {
+                    let stdout = String::from_utf8_lossy(&output.stdout);
+                    let line = stdout.lines().last().context("the probe printed nothing")?;
+                    Ok(serde_json::from_str(line)?)
+                } else {
+                    let stderr = String::from_utf8_lossy(&output.stderr);
+                    Err(stderr.lines().last().unwrap_or("no message").to_owned())
+                });
+            }
+        }
+        std::fs::remove_dir_all(&probe_dir)?;
+        for (m, mode) in modes.iter().enumerate() {
+            let ok: Vec<&serde_json::Value> =
+                outcomes[m].iter().filter_map(|o| o.as_ref().ok()).collect();
+            if ok.len() < outcomes[m].len() {
+                let why = outcomes[m].iter().find_map(|o| o.as_ref().err()).unwrap();
+                println!("| {registered} | {} | fails: `{why}` ||||| ", mode.name());
+                continue;
+            }
+            let field = |name: &str| -> f64 {
+                let mut values: Vec<f64> =
+                    ok.iter().map(|v| v[name].as_f64().unwrap_or(0.0)).collect();
+                median(&mut values)
+            };
+            println!(
+                "| {registered} | {} | {:.1} | {:.2} / {:.2} KiB | {:.0} | {:.1} / {:.1} | {:.0} MiB |",
+                mode.name(),
+                field("register_us_per_tenant"),
+                field("registered_rss_per_tenant") / 1024.0,
+                field("registered_pss_per_tenant") / 1024.0,
+                field("registered_fds"),
+                field("resume_p50_us") / 1e3,
+                field("resume_p99_us") / 1e3,
+                field("rss_peak") / (1024.0 * 1024.0),
+            );
+        }
+    }
     Ok(())
 }
 
