@@ -343,19 +343,10 @@ fn a_hibernated_log_holds_no_file_and_resumes_with_every_acknowledged_record() {
 
 #[test]
 fn journals_and_push_logs_share_the_budget_hibernate_and_resume_whole() {
-    use arrow_array::{Int64Array, RecordBatch};
-
     let _alone = one_at_a_time();
     runtime();
     let executor = stele_tests::tokio_runtime(2);
-    let schema = Arc::new(arrow_schema::Schema::new(vec![arrow_schema::Field::new(
-        "n",
-        arrow_schema::DataType::Int64,
-        false,
-    )]));
-    let rows = |n: i64| {
-        RecordBatch::try_new(schema.clone(), vec![Arc::new(Int64Array::from(vec![n]))]).unwrap()
-    };
+    let schema = indexed_schema();
     let op = |n: u8| JournalOp::Set {
         key: vec![b'k', n % 3],
         value: vec![n; 100 + n as usize],
@@ -382,7 +373,7 @@ fn journals_and_push_logs_share_the_budget_hibernate_and_resume_whole() {
                     .unwrap();
                 let mut frames = encode_frames(&[op(round)]);
                 executor.block_on(journals[t].append(&mut frames)).unwrap();
-                pushes[t].append(&rows(i64::from(round))).unwrap();
+                pushes[t].append(&indexed_batch(u64::from(round))).unwrap();
                 assert!(
                     tenants.open_logs() <= 2,
                     "{}: {}",
@@ -412,30 +403,13 @@ fn journals_and_push_logs_share_the_budget_hibernate_and_resume_whole() {
 
         // On disk, read natively: every facet's every acknowledged write, in order.
         for (t, name) in names.iter().enumerate() {
-            let dir: Arc<dyn Vfs> = Arc::new(
-                SubdirVfs::new(Arc::new(RealFs::open_root(root.path()).unwrap()), name).unwrap(),
-            );
             assert_eq!(
                 tenant_records(root.path(), name),
                 (0..6).map(|i| (t as u64, i)).collect::<Vec<_>>()
             );
-            let (ops, _) = replay(&*dir, TENANT_JOURNAL_PATH).unwrap();
+            let (ops, pushed) = journal_and_pushes_on_disk(root.path(), name);
             assert_eq!(ops, (0..6).map(op).collect::<Vec<_>>(), "{}", mode.name());
-            let log = stele::push_log::PushLog::new(dir, TENANT_PUSH_LOG_PATH, schema.clone());
-            let pushed: Vec<i64> = log
-                .scan()
-                .unwrap()
-                .map(|frame| {
-                    let batch = frame.unwrap().batch;
-                    let column = batch
-                        .column(0)
-                        .as_any()
-                        .downcast_ref::<Int64Array>()
-                        .unwrap();
-                    column.value(0)
-                })
-                .collect();
-            assert_eq!(pushed, (0..6).collect::<Vec<i64>>(), "{}", mode.name());
+            assert_eq!(pushed, (0..6).collect::<Vec<u64>>(), "{}", mode.name());
         }
     }
 }
@@ -665,7 +639,11 @@ fn run_until_killed(root: &std::path::Path) {
         .map(|t| tenants.journal(&format!("t{t}")).unwrap())
         .collect();
     let pushes: Vec<TenantPushLog> = (0..KILLED_TENANTS)
-        .map(|t| tenants.push_log(&format!("t{t}"), killed_schema()).unwrap())
+        .map(|t| {
+            tenants
+                .push_log(&format!("t{t}"), indexed_schema())
+                .unwrap()
+        })
         .collect();
     let mut next_op: Vec<u64> = journals
         .iter()
@@ -692,7 +670,7 @@ fn run_until_killed(root: &std::path::Path) {
                 next_op[tenant] += 1;
             } else {
                 let index = next_push[tenant];
-                pushes[tenant].append(&killed_batch(index)).unwrap();
+                pushes[tenant].append(&indexed_batch(index)).unwrap();
                 report(format!("pushed {tenant} {index}\n"));
                 next_push[tenant] += 1;
             }
@@ -717,7 +695,8 @@ fn killed_op(index: u64) -> JournalOp {
     }
 }
 
-fn killed_schema() -> arrow_schema::SchemaRef {
+/// The schema of the pushes these tests make: one row holding its push's number.
+fn indexed_schema() -> arrow_schema::SchemaRef {
     Arc::new(arrow_schema::Schema::new(vec![arrow_schema::Field::new(
         "n",
         arrow_schema::DataType::UInt64,
@@ -725,37 +704,30 @@ fn killed_schema() -> arrow_schema::SchemaRef {
     )]))
 }
 
-/// The killed process's push number `index`: one row holding it.
-fn killed_batch(index: u64) -> arrow_array::RecordBatch {
+/// Push number `index`: one row holding it.
+fn indexed_batch(index: u64) -> arrow_array::RecordBatch {
     arrow_array::RecordBatch::try_new(
-        killed_schema(),
+        indexed_schema(),
         vec![Arc::new(arrow_array::UInt64Array::from(vec![index]))],
     )
     .unwrap()
 }
 
-/// The indexes of `tenant`'s journal ops and pushes, read natively in the order on disk.
-fn killed_journal_and_pushes(root: &std::path::Path, tenant: &str) -> (Vec<u64>, Vec<u64>) {
+/// `tenant`'s journal ops and push numbers ([`indexed_batch`]), read natively in the order on
+/// disk; none for a log not made yet.
+fn journal_and_pushes_on_disk(root: &std::path::Path, tenant: &str) -> (Vec<JournalOp>, Vec<u64>) {
     if !root.join(tenant).exists() {
         return (Vec::new(), Vec::new());
     }
     let dir: Arc<dyn Vfs> =
         Arc::new(SubdirVfs::new(Arc::new(RealFs::open_root(root).unwrap()), tenant).unwrap());
     let ops = if dir.exists(TENANT_JOURNAL_PATH).unwrap() {
-        let (ops, _) = replay(&*dir, TENANT_JOURNAL_PATH).unwrap();
-        ops.iter()
-            .map(|op| match op {
-                JournalOp::Set { key, value } if key == b"n" => {
-                    u64::from_le_bytes(value[..].try_into().unwrap())
-                }
-                other => panic!("{tenant}: an op the process never appended: {other:?}"),
-            })
-            .collect()
+        replay(&*dir, TENANT_JOURNAL_PATH).unwrap().0
     } else {
         Vec::new()
     };
     let pushes = if dir.exists(TENANT_PUSH_LOG_PATH).unwrap() {
-        let log = stele::push_log::PushLog::new(dir, TENANT_PUSH_LOG_PATH, killed_schema());
+        let log = stele::push_log::PushLog::new(dir, TENANT_PUSH_LOG_PATH, indexed_schema());
         let mut scan = log.scan().unwrap();
         let pushes = scan
             .by_ref()
@@ -780,4 +752,19 @@ fn killed_journal_and_pushes(root: &std::path::Path, tenant: &str) -> (Vec<u64>,
         Vec::new()
     };
     (ops, pushes)
+}
+
+/// The killed process's journal op numbers, from `tenant`'s journal and push log on disk.
+fn killed_journal_and_pushes(root: &std::path::Path, tenant: &str) -> (Vec<u64>, Vec<u64>) {
+    let (ops, pushes) = journal_and_pushes_on_disk(root, tenant);
+    let indexes = ops
+        .iter()
+        .map(|op| match op {
+            JournalOp::Set { key, value } if key == b"n" => {
+                u64::from_le_bytes(value[..].try_into().unwrap())
+            }
+            other => panic!("{tenant}: an op the process never appended: {other:?}"),
+        })
+        .collect();
+    (indexes, pushes)
 }

@@ -10,6 +10,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use stele::journal::{JournalOp, JournalRecovery};
+use stele::vfs::Vfs;
 
 use super::slot::{Resident, Tenant};
 use super::{Registry, TenantsError};
@@ -92,11 +93,26 @@ impl TenantJournal {
         }
     }
 
-    /// A blocking step of a resume that panicked: the writer was not opened.
-    fn lost(&self, why: &str) -> TenantsError {
-        self.journal_error(JournalError::Journal(
-            stele::journal::JournalError::NoHandle { why: why.into() },
-        ))
+    /// The tenant's directory, made if it is not there yet; first, with `make_room`, the
+    /// registry's room for one more open log. Blocking work (making room may flush other
+    /// tenants' logs), so off the executor.
+    async fn directory(&self, make_room: bool) -> Result<Arc<dyn Vfs>, TenantsError> {
+        let registry = self.registry.clone();
+        let name = self.tenant().to_owned();
+        tokio::task::spawn_blocking(move || {
+            if make_room {
+                registry.before_resume();
+            }
+            registry.tenant_vfs(&name)
+        })
+        .await
+        .map_err(|_| {
+            self.journal_error(JournalError::Journal(
+                stele::journal::JournalError::NoHandle {
+                    why: "opening the tenant's directory panicked".into(),
+                },
+            ))
+        })?
     }
 
     /// Runs `f` on the open writer, resumed if hibernated, and counts the call.
@@ -107,15 +123,7 @@ impl TenantJournal {
     ) -> Result<T, TenantsError> {
         let mut journal = self.slot.journal.lock().await;
         if journal.is_none() {
-            // Making room may flush other tenants' logs: blocking work, off the executor.
-            let registry = self.registry.clone();
-            let name = self.tenant().to_owned();
-            let vfs = tokio::task::spawn_blocking(move || {
-                registry.before_resume();
-                registry.tenant_vfs(&name)
-            })
-            .await
-            .map_err(|_| self.lost("making room to resume the journal panicked"))??;
+            let vfs = self.directory(true).await?;
             let options = &self.registry.options;
             let opened =
                 Journal::open_with_limits(vfs, TENANT_JOURNAL_PATH, options.mode, options.limits)
@@ -131,9 +139,9 @@ impl TenantJournal {
         if result.is_ok() {
             self.slot.tenant.count(true, bytes);
         }
-        let now = self.registry.now_ms();
-        self.slot.last_used_ms.store(now, Ordering::Relaxed);
-        self.slot.tenant.last_used_ms.store(now, Ordering::Relaxed);
+        self.slot
+            .tenant
+            .touch(&self.slot.last_used_ms, self.registry.now_ms());
         result
     }
 
@@ -163,11 +171,7 @@ impl TenantJournal {
     /// writer left it.
     pub async fn replay(&self) -> Result<(Vec<JournalOp>, JournalRecovery), TenantsError> {
         let _calls_held_off = self.slot.journal.lock().await;
-        let registry = self.registry.clone();
-        let name = self.tenant().to_owned();
-        let vfs = tokio::task::spawn_blocking(move || registry.tenant_vfs(&name))
-            .await
-            .map_err(|_| self.lost("opening the tenant's directory panicked"))??;
+        let vfs = self.directory(false).await?;
         replay_journal(vfs, TENANT_JOURNAL_PATH, self.registry.options.mode)
             .await
             .map_err(|source| self.journal_error(source))

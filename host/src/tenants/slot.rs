@@ -41,6 +41,12 @@ impl Tenant {
         }
     }
 
+    /// A call on one of its logs (whose own time is `log_last_used_ms`) ended at `now_ms`.
+    pub(super) fn touch(&self, log_last_used_ms: &AtomicU64, now_ms: u64) {
+        log_last_used_ms.store(now_ms, Ordering::Relaxed);
+        self.last_used_ms.store(now_ms, Ordering::Relaxed);
+    }
+
     /// Counts one successful call.
     pub(super) fn count(&self, durable: bool, bytes: usize) {
         self.bytes.fetch_add(bytes as u64, Ordering::Relaxed);
@@ -101,9 +107,9 @@ pub(super) struct InFlight<'a, H: Facet> {
 
 impl<H: Facet> Drop for InFlight<'_, H> {
     fn drop(&mut self) {
-        let now = self.registry.now_ms();
-        self.slot.last_used_ms.store(now, Ordering::Relaxed);
-        self.slot.tenant.last_used_ms.store(now, Ordering::Relaxed);
+        self.slot
+            .tenant
+            .touch(&self.slot.last_used_ms, self.registry.now_ms());
         self.slot.in_flight.fetch_sub(1, Ordering::SeqCst);
     }
 }

@@ -22,6 +22,21 @@ use stele_tests::{op_of, payload, payload_id, tokio_runtime};
 use super::crash_matrix::{Id, WalOracle};
 use super::push_log_crash_matrix::{Row, batch, rows_of};
 
+/// Explores `workload`, prints its line, and asserts no violation in at least 1,000 crash
+/// states; returns what it acknowledged.
+fn explore_without_violations<W: CrashWorkload>(workload: &W) -> W::Oracle {
+    let (report, _, oracle) = explore(workload);
+    report.print();
+    assert!(
+        report.violations.is_empty(),
+        "{} violations in {}",
+        report.violations.len(),
+        report.name
+    );
+    assert!(report.states >= 1000, "{} states", report.states);
+    oracle
+}
+
 /// Tenants through a [`Tenants`] registry that holds at most two logs open: three tenants
 /// commit (durable and not), flush and hibernate in a seeded order, so that most calls resume
 /// a hibernated log and hibernate another to make room. The claim held: hibernating flushes,
@@ -206,20 +221,12 @@ fn tenants_crash_matrix_hibernation_and_resume_lose_nothing_acknowledged() {
             seed: 45,
             steps: 80,
         };
-        let (report, _, oracle) = explore(&workload);
-        report.print();
-        assert!(
-            report.violations.is_empty(),
-            "{} violations in {}",
-            report.violations.len(),
-            report.name
-        );
+        let oracle = explore_without_violations(&workload);
         assert!(
             oracle.acks.len() >= 20,
             "the run must acknowledge records: {}",
             oracle.acks.len()
         );
-        assert!(report.states >= 1000, "{} states", report.states);
     }
 }
 
@@ -409,14 +416,7 @@ fn tenants_crash_matrix_journals_and_push_logs_lose_nothing_acknowledged() {
             seed: 46,
             steps: 130,
         };
-        let (report, _, oracle) = explore(&workload);
-        report.print();
-        assert!(
-            report.violations.is_empty(),
-            "{} violations in {}",
-            report.violations.len(),
-            report.name
-        );
+        let oracle = explore_without_violations(&workload);
         let acked: usize = (0..FACET_TENANTS.len())
             .map(|t| oracle.appends[t].len() + oracle.pushes[t].len())
             .sum();
@@ -424,6 +424,5 @@ fn tenants_crash_matrix_journals_and_push_logs_lose_nothing_acknowledged() {
             acked >= 20,
             "the run must acknowledge appends and pushes: {acked}"
         );
-        assert!(report.states >= 1000, "{} states", report.states);
     }
 }

@@ -325,38 +325,27 @@ pub(crate) fn registered_table(dir: &Path, counts: &[usize]) -> Result<()> {
             for (m, mode) in modes.iter().enumerate() {
                 super::common::progress()
                     .set_message(format!("tenants: {registered} registered, {}", mode.name()));
-                let output = Command::new(&exe)
+                let mut command = Command::new(&exe);
+                command
                     .args([
                         "tenants-registered-probe",
                         mode.name(),
                         &registered.to_string(),
                     ])
-                    .arg(&probe_dir)
-                    .output()?;
-                outcomes[m].push(if output.status.success() {
-                    let stdout = String::from_utf8_lossy(&output.stdout);
-                    let line = stdout.lines().last().context("the probe printed nothing")?;
-                    Ok(serde_json::from_str(line)?)
-                } else {
-                    let stderr = String::from_utf8_lossy(&output.stderr);
-                    Err(stderr.lines().last().unwrap_or("no message").to_owned())
-                });
+                    .arg(&probe_dir);
+                outcomes[m].push(probe_outcome(&mut command)?);
             }
         }
         std::fs::remove_dir_all(&probe_dir)?;
         for (m, mode) in modes.iter().enumerate() {
-            let ok: Vec<&serde_json::Value> =
-                outcomes[m].iter().filter_map(|o| o.as_ref().ok()).collect();
-            if ok.len() < outcomes[m].len() {
-                let why = outcomes[m].iter().find_map(|o| o.as_ref().err()).unwrap();
-                println!("| {registered} | {} | fails: `{why}` ||||| ", mode.name());
-                continue;
-            }
-            let field = |name: &str| -> f64 {
-                let mut values: Vec<f64> =
-                    ok.iter().map(|v| v[name].as_f64().unwrap_or(0.0)).collect();
-                median(&mut values)
+            let ok = match succeeded(&outcomes[m]) {
+                Ok(ok) => ok,
+                Err(why) => {
+                    println!("| {registered} | {} | fails: `{why}` ||||| ", mode.name());
+                    continue;
+                }
             };
+            let field = |name: &str| median_of(&ok, name);
             println!(
                 "| {registered} | {} | {:.1} | {:.2} / {:.2} KiB | {:.0} | {:.1} / {:.1} | {:.0} MiB |",
                 mode.name(),
@@ -428,16 +417,42 @@ fn run_probe(dir: &Path, system: System, logs: usize) -> Result<Outcome> {
     if system.pooled {
         command.arg("--pooled");
     }
-    let output = command.output()?;
+    let outcome = probe_outcome(&mut command)?;
     std::fs::remove_dir_all(&probe_dir)?;
+    Ok(outcome)
+}
+
+/// Runs a probe process: its JSON line, or the last line of its error.
+fn probe_outcome(command: &mut Command) -> Result<Outcome> {
+    let output = command.output()?;
     if !output.status.success() {
         let stderr = String::from_utf8_lossy(&output.stderr);
-        let why = stderr.lines().last().unwrap_or("no message").to_owned();
-        return Ok(Err(why));
+        return Ok(Err(stderr
+            .lines()
+            .last()
+            .unwrap_or("no message")
+            .to_owned()));
     }
     let stdout = String::from_utf8_lossy(&output.stdout);
     let line = stdout.lines().last().context("the probe printed nothing")?;
     Ok(Ok(serde_json::from_str(line)?))
+}
+
+/// A row's successful probes, or why one failed.
+fn succeeded(outcomes: &[Outcome]) -> Result<Vec<&serde_json::Value>, &str> {
+    outcomes
+        .iter()
+        .map(|o| o.as_ref().map_err(String::as_str))
+        .collect()
+}
+
+/// The median over `probes` of their figure `name`.
+fn median_of(probes: &[&serde_json::Value], name: &str) -> f64 {
+    let mut values: Vec<f64> = probes
+        .iter()
+        .map(|v| v[name].as_f64().unwrap_or(0.0))
+        .collect();
+    median(&mut values)
 }
 
 fn median(values: &mut [f64]) -> f64 {
@@ -470,18 +485,14 @@ pub(crate) fn tenants_table(dir: &Path, counts: &[usize]) -> Result<()> {
         }
         let mut native_rate = None;
         for (m, system) in SYSTEMS.iter().enumerate() {
-            let ok: Vec<&serde_json::Value> =
-                outcomes[m].iter().filter_map(|o| o.as_ref().ok()).collect();
-            if ok.len() < outcomes[m].len() {
-                let why = outcomes[m].iter().find_map(|o| o.as_ref().err()).unwrap();
-                println!("| {logs} | {} | fails: `{why}` |||||||||| ", system.name());
-                continue;
-            }
-            let field = |name: &str| -> f64 {
-                let mut values: Vec<f64> =
-                    ok.iter().map(|v| v[name].as_f64().unwrap_or(0.0)).collect();
-                median(&mut values)
+            let ok = match succeeded(&outcomes[m]) {
+                Ok(ok) => ok,
+                Err(why) => {
+                    println!("| {logs} | {} | fails: `{why}` |||||||||| ", system.name());
+                    continue;
+                }
             };
+            let field = |name: &str| median_of(&ok, name);
             let rate = field("durable_per_s");
             if system.mode == Mode::Native {
                 native_rate = Some(rate);
