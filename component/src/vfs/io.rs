@@ -12,6 +12,7 @@
 //! The rest (open, rename, remove, a lock) are rare or cheap and stay synchronous, on
 //! [`DeviceIo::vfs`].
 
+use std::cell::UnsafeCell;
 use std::future::Future;
 use std::pin::pin;
 use std::sync::Arc;
@@ -113,8 +114,27 @@ pub fn complete_now<F: Future>(future: F) -> F::Output {
 /// [`INLINE_WRITE_BYTES_MAX`], the size the component writes without suspending.
 pub const ZERO_BLOCK_BYTES: usize = INLINE_WRITE_BYTES_MAX;
 
-/// The zeros [`write_zeros`] writes from.
-static ZERO_BLOCK: [u8; ZERO_BLOCK_BYTES] = [0; ZERO_BLOCK_BYTES];
+/// The zeros [`write_zeros`] writes from, in `.bss` rather than `.rodata`: an immutable
+/// `static` of zeros is stored in the binary as 64 KiB of zero bytes, and in the component
+/// those bytes are part of the memory image every instance maps, where the kernel's
+/// fault-around (64 KiB per read fault on a file mapping) counts them in every instance's RSS
+/// once a neighbouring constant is read. A static with interior mutability is placed in `.bss`
+/// instead, which a component's image leaves out: its pages are fresh zero pages, and an
+/// instance that never zeroes anything never touches them. Read through [`zero_block`].
+struct ZeroBlock(UnsafeCell<[u8; ZERO_BLOCK_BYTES]>);
+
+// SAFETY: nothing ever writes through the cell (only `zero_block` reads it, as a shared
+// reference), so sharing it between threads shares immutable zeros.
+unsafe impl Sync for ZeroBlock {}
+
+static ZERO_BLOCK: ZeroBlock = ZeroBlock(UnsafeCell::new([0; ZERO_BLOCK_BYTES]));
+
+/// [`ZERO_BLOCK`]'s zeros.
+fn zero_block() -> &'static [u8; ZERO_BLOCK_BYTES] {
+    // SAFETY: the cell is never written (see `ZeroBlock`), so no `&mut` to it can exist while
+    // this shared reference lives.
+    unsafe { &*ZERO_BLOCK.0.get() }
+}
 
 /// Writes up to this size are made without suspending: a page-cache write of 64 KiB costs
 /// microseconds, less than a hop to the host's I/O thread and back, and the sync that follows
@@ -135,7 +155,7 @@ pub async fn write_zeros<Io: FileIo>(
     let mut at = from;
     while at < to {
         let n = (to - at).min(ZERO_BLOCK_BYTES as u64) as usize;
-        io.write_at(file, at, &ZERO_BLOCK[..n]).await?;
+        io.write_at(file, at, &zero_block()[..n]).await?;
         at += n as u64;
     }
     Ok(())
