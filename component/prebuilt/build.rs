@@ -203,6 +203,13 @@ fn build_guest(
         // still show guest function names.
         .env("CARGO_PROFILE_RELEASE_DEBUG", "false")
         .env("CARGO_PROFILE_RELEASE_STRIP", "debuginfo")
+        // Whole-program LTO in one codegen unit: what every instance of a component costs
+        // scales with what the module holds, not with what it runs. Measured on the engine
+        // (async build): the function table 2,666 -> 1,088 entries (wasmtime keeps a 32-byte
+        // `VMFuncRef` per entry in each instance's context), the data image every instance
+        // maps 148 -> 94 KiB, the module 3.08 -> 2.60 MB; about 40 s more per build here.
+        .env("CARGO_PROFILE_RELEASE_LTO", "fat")
+        .env("CARGO_PROFILE_RELEASE_CODEGEN_UNITS", "1")
         .env("CARGO_ENCODED_RUSTFLAGS", remapped_paths());
     let status = cmd
         .status()
