@@ -39,9 +39,9 @@ pub const BODY_BYTES_MAX: usize = 64 << 20;
 /// How many bytes [`FrameReader`] reads per call when frames are small. Large enough that a
 /// replay is dominated by checksum work, not by calls across the Vfs (0.06 µs each inside the
 /// component, so 16 calls per MiB cost about 1 µs); small, because the window is what a
-/// replay leaves behind in a component instance: its linear memory never shrinks, so a
-/// window of 1 MiB (as this was) left every reopened log's instance 1 MiB larger, and every
-/// reopen of a preallocated segment, whose zeroed tail is read to its end, grew one.
+/// replay leaves behind in a component instance, whose linear memory never shrinks: every
+/// reopen of a preallocated segment reads its zeroed tail to the end, so a 1 MiB window would
+/// leave every reopened log's instance 1 MiB larger.
 pub const SCAN_CHUNK_BYTES: usize = 64 << 10;
 
 const _: () = assert!(BODY_BYTES_MAX <= u32::MAX as usize, "body_len is a u32");
