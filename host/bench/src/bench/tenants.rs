@@ -28,7 +28,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result};
 use stele::wal::{DurabilityPolicy, WalOptions};
 use stele_host::fs::RealFs;
-use stele_host::{Mode, Tenants, TenantsOptions, Wal};
+use stele_host::{Mode, TenantWal, Tenants, TenantsOptions, Wal};
 
 use super::common::{percentile, println};
 
@@ -108,6 +108,28 @@ fn raise_open_files_limit() {
             libc::setrlimit(libc::RLIMIT_NOFILE, &limit);
         }
     }
+}
+
+/// Returns free heap pages to the kernel, so that RSS shows what the logs hold rather than
+/// what glibc's allocator keeps of what they freed.
+fn trim_heap() {
+    // SAFETY: malloc_trim only returns free heap pages to the kernel.
+    unsafe {
+        libc::malloc_trim(0);
+    }
+}
+
+/// The latency, in µs, of the first call (`stats`) on [`RESUMES_SAMPLED`] of `wals`, spread
+/// over all of them: each is hibernated, so the call resumes it (a new instance, the log's
+/// tail recovered from disk).
+fn resume_sample(wals: &[TenantWal]) -> Result<Vec<f64>> {
+    let mut resume_us = Vec::new();
+    for wal in wals.iter().step_by((wals.len() / RESUMES_SAMPLED).max(1)) {
+        let started = Instant::now();
+        wal.stats()?;
+        resume_us.push(started.elapsed().as_secs_f64() * 1e6);
+    }
+    Ok(resume_us)
 }
 
 /// The hidden `tenants-probe` subcommand: opens `logs` logs under `dir` in `mode`, measures,
@@ -193,19 +215,11 @@ pub fn probe(mode: Mode, logs: usize, dir: &Path) -> Result<()> {
     }
     anyhow::ensure!(tenants.open_logs() == 0, "a log stayed open");
     // What the hibernated logs hold, not what glibc's allocator keeps of what they freed.
-    // SAFETY: malloc_trim only returns free heap pages to the kernel.
-    unsafe {
-        libc::malloc_trim(0);
-    }
+    trim_heap();
     let rss_hibernated = status("VmRSS")?;
     let pss_hibernated = rollup("Pss")?;
     let fds_hibernated = fds()?;
-    let mut resume_us = Vec::new();
-    for wal in wals.iter().step_by((logs / RESUMES_SAMPLED).max(1)) {
-        let started = Instant::now();
-        wal.stats()?;
-        resume_us.push(started.elapsed().as_secs_f64() * 1e6);
-    }
+    let resume_us = resume_sample(&wals)?;
     let line = serde_json::json!({
         "open_p50_us": percentile(&probe.open_us, 0.5),
         "open_p99_us": percentile(&probe.open_us, 0.99),
@@ -245,10 +259,7 @@ pub fn registered_probe(mode: Mode, registered: usize, dir: &Path) -> Result<()>
     // The runtime (and the compiled components) first, with a log of its own that is left
     // open: their cost is the process's, not the registered tenants'.
     tenants.wal("warm")?.commit_durable(1, b"warm")?;
-    // SAFETY: malloc_trim only returns free heap pages to the kernel.
-    unsafe {
-        libc::malloc_trim(0);
-    }
+    trim_heap();
     let (rss_before, pss_before, fds_before) = (status("VmRSS")?, rollup("Pss")?, fds()?);
     let started = Instant::now();
     let mut wals = Vec::with_capacity(registered);
@@ -257,20 +268,10 @@ pub fn registered_probe(mode: Mode, registered: usize, dir: &Path) -> Result<()>
     }
     let register_seconds = started.elapsed().as_secs_f64();
     anyhow::ensure!(tenants.open_logs() == 1, "registering opened a log");
-    // SAFETY: as above.
-    unsafe {
-        libc::malloc_trim(0);
-    }
+    trim_heap();
     let (rss_registered, pss_registered) = (status("VmRSS")?, rollup("Pss")?);
     let fds_registered = fds()?;
-    // The first call on a hibernated log resumes it: a new instance, the log's tail recovered
-    // from disk, and `stats`.
-    let mut resume_us = Vec::new();
-    for wal in wals.iter().step_by((registered / RESUMES_SAMPLED).max(1)) {
-        let started = Instant::now();
-        wal.stats()?;
-        resume_us.push(started.elapsed().as_secs_f64() * 1e6);
-    }
+    let resume_us = resume_sample(&wals)?;
     let line = serde_json::json!({
         "register_us_per_tenant": register_seconds * 1e6 / registered as f64,
         "registered_rss_per_tenant": rss_registered.saturating_sub(rss_before) as f64 / registered as f64,
