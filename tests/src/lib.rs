@@ -14,7 +14,7 @@ pub mod embedding_guide {}
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use stele::vfs::{OpenMode, SyncKind, Vfs, VfsError, VfsFile, VfsLock};
+use stele::vfs::{DiskUsage, OpenMode, SyncKind, Vfs, VfsError, VfsFile, VfsLock, VfsReservation};
 use stele_host::fs::RealFs;
 
 /// Prints a summary line that must reach CI's log: it writes to the process's stdout directly,
@@ -209,6 +209,9 @@ impl VfsFile for FailingFile {
         }
         self.inner.sync(kind)
     }
+    fn reserve(&self, len: u64) -> Result<Box<dyn VfsReservation>, VfsError> {
+        self.inner.reserve(len)
+    }
 }
 
 impl Vfs for FailingVfs {
@@ -238,6 +241,12 @@ impl Vfs for FailingVfs {
     }
     fn lock_exclusive(&self, path: &str) -> Result<Box<dyn VfsLock>, VfsError> {
         self.inner.lock_exclusive(path)
+    }
+    fn reserve(&self, path: &str, len: u64) -> Result<Box<dyn VfsReservation>, VfsError> {
+        self.inner.reserve(path, len)
+    }
+    fn disk_usage(&self) -> Option<DiskUsage> {
+        self.inner.disk_usage()
     }
 }
 

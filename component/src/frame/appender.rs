@@ -24,7 +24,9 @@
 
 use crate::frame::{FrameReader, Next, ScanEnd};
 use crate::header::{Family, FileHeader, HEADER_BYTES, HeaderError};
-use crate::vfs::{DeviceIo, OpenMode, SyncKind, VfsError, VfsFile, VfsLock, parent_dir};
+use crate::vfs::{
+    DeviceIo, OpenMode, QuotaExceeded, SyncKind, VfsError, VfsFile, VfsLock, parent_dir,
+};
 
 /// What a framed file's header says: its family and format version. Its family word is zero.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -93,6 +95,9 @@ pub enum AppendError {
     /// The file could not be reopened before writing; nothing was written.
     #[error("reopening before the append failed")]
     Reopen(#[source] OpenError),
+    /// The disk quota has no room for the append: refused before anything was written.
+    #[error(transparent)]
+    QuotaExceeded(QuotaExceeded),
     /// A directory sync, write or sync failed. `rolled_back`: the file was cut back to its
     /// length before the call (or nothing had been written); if not, the next append cuts it
     /// first.
@@ -274,11 +279,29 @@ impl<Io: DeviceIo> FramedAppender<Io> {
     /// The parts are written as they are, with no copy: a family passes a frame's header and
     /// its body as two parts. A failure is rolled back to the length before the call; see
     /// [`AppendError`].
+    ///
+    /// The room the append needs is reserved first ([`VfsFile::reserve`]), so under a disk quota
+    /// an append that does not fit fails with [`AppendError::QuotaExceeded`] before anything,
+    /// the directory sync included, is done.
     pub async fn append(&mut self, parts: &[&[u8]]) -> Result<u64, AppendError> {
         self.ensure_open().await.map_err(AppendError::Reopen)?;
         let Handle::Open(file) = &self.handle else {
             unreachable!("ensure_open returned a handle")
         };
+        let header_bytes = if self.clean_end == 0 {
+            HEADER_BYTES as u64
+        } else {
+            0
+        };
+        let end =
+            self.clean_end + header_bytes + parts.iter().map(|part| part.len() as u64).sum::<u64>();
+        let _room = file.reserve(end).map_err(|cause| match cause {
+            VfsError::QuotaExceeded(refusal) => AppendError::QuotaExceeded(refusal),
+            cause => AppendError::Failed {
+                cause,
+                rolled_back: true,
+            },
+        })?;
         if self.dir_sync_pending {
             // Before writing, so that a failure leaves nothing to roll back.
             self.io

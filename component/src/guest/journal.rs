@@ -44,6 +44,7 @@ pub(crate) fn journal_error(err: JournalError) -> wit::JournalError {
         JournalError::CompactFailed { cause } => E::CompactFailed(to_wit(cause)),
         JournalError::CompactNotDurable { cause } => E::CompactNotDurable(to_wit(cause)),
         JournalError::NoHandle { why } => E::NoHandle(why),
+        err @ JournalError::QuotaExceeded(_) => E::Other(err.to_string()),
     }
 }
 

@@ -47,6 +47,7 @@ pub(super) fn error(err: PushLogError) -> wit::PushLogError {
         }),
         PushLogError::Arrow(e) => E::Arrow(e.to_string()),
         PushLogError::BadPush(why) => E::Arrow(why),
+        err @ PushLogError::QuotaExceeded(_) => E::Other(err.to_string()),
     }
 }
 

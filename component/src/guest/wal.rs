@@ -72,6 +72,11 @@ pub(crate) fn write_error(err: WalWriteError) -> wit::WalError {
             retained_bytes: retained_bytes as u64,
             retained_bytes_max: retained_bytes_max as u64,
         }),
+        // Until the contract names them, the refusals before staging cross as `other`, which a
+        // peer of this version treats as this call's failure alone: true of both.
+        err @ (WalWriteError::QuotaExceeded(_) | WalWriteError::Unreserved { .. }) => {
+            wit::WalError::Other(err.to_string())
+        }
     }
 }
 

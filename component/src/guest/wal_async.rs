@@ -18,9 +18,11 @@ use std::future::poll_fn;
 use std::rc::Rc;
 use std::task::{Poll, Waker};
 
-use crate::vfs::{DeviceIo, OpenMode, VfsError, VfsLock, complete_now};
-use crate::wal::executor::{SegmentSite, write_group, write_segmented_group};
-use crate::wal::group_commit::{Arrivals, Group, GroupCommit, LeaderStep, Leadership, WaitState};
+use crate::vfs::{DeviceIo, OpenMode, VfsError, VfsLock, VfsReservation, complete_now};
+use crate::wal::executor::{ClaimSite, SegmentSite, write_group, write_segmented_group};
+use crate::wal::group_commit::{
+    Arrivals, DiskClaim, Group, GroupCommit, LeaderStep, Leadership, WaitState,
+};
 use crate::wal::segment::SegmentRetention;
 use crate::wal::{
     LogSeq, Recovery, SetupMode, WalRetentionError, WalWriteError, lock_single_file, setup_log,
@@ -61,6 +63,8 @@ struct AsyncSegments {
     dir: String,
     segment_bytes: u64,
     retention: RefCell<SegmentRetention>,
+    /// Held for its drop: the room a checkpoint needs under a disk quota.
+    _checkpoint_room: Vec<Box<dyn VfsReservation>>,
 }
 
 /// Deregisters a durable waiter however its task ends (returned, failed or cancelled), and wakes
@@ -102,6 +106,7 @@ impl AsyncWriter {
                     live: setup.live,
                     checkpoint: setup.recovery.checkpoint,
                 }),
+                _checkpoint_room: setup.checkpoint_room,
             };
             (
                 setup.current,
@@ -264,11 +269,26 @@ impl AsyncWriter {
         complete_now(self.lead(false, WitIo::Blocking));
     }
 
+    /// Reserves what a batch or a seal claims ([`ClaimSite::reserve`]).
+    fn reserve(&self, claim: DiskClaim) -> Result<Box<dyn VfsReservation>, VfsError> {
+        match &self.segments {
+            Some(segments) => ClaimSite::Segments {
+                vfs: &WitVfs,
+                dir: &segments.dir,
+            }
+            .reserve(claim),
+            None => ClaimSite::File(&**self.file.borrow()).reserve(claim),
+        }
+    }
+
     fn commit_many(
         &self,
         records: &[(u16, &[u8])],
     ) -> Result<std::ops::Range<LogSeq>, WalWriteError> {
-        let range = self.core.borrow_mut().stage(records)?;
+        let range = self
+            .core
+            .borrow_mut()
+            .stage_with(records, |claim| self.reserve(claim))?;
         if range.is_empty() {
             return Ok(range);
         }
@@ -291,7 +311,10 @@ impl AsyncWriter {
         &self,
         records: &[(u16, &[u8])],
     ) -> Result<std::ops::Range<LogSeq>, WalWriteError> {
-        let range = self.core.borrow_mut().stage(records)?;
+        let range = self
+            .core
+            .borrow_mut()
+            .stage_with(records, |claim| self.reserve(claim))?;
         if range.is_empty() {
             return Ok(range);
         }
@@ -311,7 +334,11 @@ impl AsyncWriter {
     ) -> Vec<Result<std::ops::Range<LogSeq>, WalWriteError>> {
         let mut outcomes: Vec<_> = batches
             .iter()
-            .map(|records| self.core.borrow_mut().stage(records))
+            .map(|records| {
+                self.core
+                    .borrow_mut()
+                    .stage_with(records, |claim| self.reserve(claim))
+            })
             .collect();
         let last_end = outcomes
             .iter()
@@ -417,7 +444,12 @@ impl wit::GuestWriter for AsyncWriter {
     }
 
     async fn seal_active_segment(&self) -> Result<bool, wal_types::WalError> {
-        let Some(ticket) = self.core.borrow_mut().request_seal().map_err(write_error)? else {
+        let Some(ticket) = self
+            .core
+            .borrow_mut()
+            .request_seal_with(|claim| self.reserve(claim))
+            .map_err(write_error)?
+        else {
             return Ok(false);
         };
         loop {

@@ -38,7 +38,7 @@ pub use writer::{APPEND_BYTES_MAX, JournalFile, check_append};
 
 use crate::frame::appender::{FramedFormat, OpenError};
 use crate::header::{Family, HeaderError};
-use crate::vfs::VfsError;
+use crate::vfs::{QuotaExceeded, VfsError};
 
 /// The journal format version this build reads and writes.
 pub const JOURNAL_VERSION: u16 = 1;
@@ -58,6 +58,11 @@ pub enum JournalError {
     /// The filesystem refused or failed an operation.
     #[error(transparent)]
     Vfs(#[from] VfsError),
+    /// The disk quota has no room for this append or compaction: refused before anything was
+    /// written, and the journal and this writer are as they were. Smaller appends that fit still
+    /// succeed; a compaction that shrinks the journal frees room.
+    #[error(transparent)]
+    QuotaExceeded(QuotaExceeded),
     /// The header names another family, or a version this build does not write
     /// ([`HeaderError::UnsupportedVersion`] names both).
     #[error("bad journal header")]

@@ -21,8 +21,8 @@ use crate::frame::{
     appender::{AppendError, FramedAppender},
 };
 use crate::header::HEADER_BYTES;
-use crate::vfs::replace::{COMPACTING_SUFFIX, ReplaceStage, replace_file};
-use crate::vfs::{DeviceIo, ReadyIo, Vfs, complete_now};
+use crate::vfs::replace::{COMPACTING_SUFFIX, ReplaceError, ReplaceStage, replace_file};
+use crate::vfs::{DeviceIo, ReadyIo, Vfs, VfsError, complete_now};
 
 use super::ops::{batch_body_bytes, check_frames, for_each_op_in_body, push_batch_frame};
 use super::{JOURNAL_FORMAT, JournalError};
@@ -161,6 +161,10 @@ impl<Io: DeviceIo> JournalFile<Io> {
             Ok(()) => None,
             // The rename is refused as a whole on every backend this writer runs on, so a
             // failed one leaves the old journal, and this writer, as they were.
+            Err(ReplaceError {
+                cause: VfsError::QuotaExceeded(refusal),
+                ..
+            }) => return Err(JournalError::QuotaExceeded(refusal)),
             Err(error) if error.stage <= ReplaceStage::Rename => {
                 return Err(JournalError::CompactFailed { cause: error.cause });
             }
@@ -228,6 +232,7 @@ impl From<AppendError> for JournalError {
     fn from(error: AppendError) -> Self {
         match error {
             AppendError::Reopen(error) => error.into(),
+            AppendError::QuotaExceeded(refusal) => JournalError::QuotaExceeded(refusal),
             AppendError::Failed { cause, rolled_back } => {
                 JournalError::AppendFailed { cause, rolled_back }
             }

@@ -41,7 +41,7 @@ use crate::frame::appender::{self, AppendError, FramedFormat, OpenError};
 use crate::frame::{self, Next, ScanEnd};
 use crate::header::{Family, HeaderError};
 use crate::vfs::replace::ReplaceError;
-use crate::vfs::{OpenMode, ReadyIo, Vfs, VfsError, complete_now};
+use crate::vfs::{OpenMode, QuotaExceeded, ReadyIo, Vfs, VfsError, complete_now};
 
 /// The push-log format version this build reads and writes.
 pub const PUSH_LOG_VERSION: u16 = 1;
@@ -66,6 +66,11 @@ pub enum PushLogError {
     /// The filesystem refused or failed an operation.
     #[error(transparent)]
     Vfs(#[from] VfsError),
+    /// The disk quota has no room for this push or compaction: refused before anything was
+    /// written to the log, which is as it was. Smaller pushes that fit still succeed; a
+    /// compaction that shrinks the log frees room.
+    #[error(transparent)]
+    QuotaExceeded(QuotaExceeded),
     /// The header is damaged, or of another family or version.
     #[error("bad push-log header")]
     BadHeader(#[from] HeaderError),
@@ -395,6 +400,7 @@ impl From<AppendError> for PushLogError {
     fn from(error: AppendError) -> Self {
         match error {
             AppendError::Reopen(error) => error.into(),
+            AppendError::QuotaExceeded(refusal) => PushLogError::QuotaExceeded(refusal),
             AppendError::Failed { cause, rolled_back } => {
                 PushLogError::AppendFailed { cause, rolled_back }
             }
@@ -405,6 +411,9 @@ impl From<AppendError> for PushLogError {
 /// A compaction's replacement step failed: the push log reports that step's storage error.
 impl From<ReplaceError> for PushLogError {
     fn from(error: ReplaceError) -> Self {
-        PushLogError::from(error.cause)
+        match error.cause {
+            VfsError::QuotaExceeded(refusal) => PushLogError::QuotaExceeded(refusal),
+            cause => PushLogError::from(cause),
+        }
     }
 }

@@ -20,7 +20,7 @@ use crate::frame::appender::{FramedAppender, OpenError};
 use crate::frame::{self};
 use crate::header::HEADER_BYTES;
 use crate::vfs::DeviceIo;
-use crate::vfs::replace::{self, Staged};
+use crate::vfs::replace::{self, ReplaceError, ReplaceStage, Staged};
 
 /// One writer of a push log at `path`, whose batches have `schema`. Its first write takes the
 /// lock `<path>.lock`, which it holds until it is dropped.
@@ -144,33 +144,54 @@ impl<Io: DeviceIo + Clone> PushLogWriter<Io> {
         appender.ensure_open().await?;
         let bytes_before = appender.clean_end();
         let io = self.io.clone();
-        let staged = replace::begin(
-            &io,
-            &format!("{}{COMPACTING_SUFFIX}", self.path),
-            &self.path,
-        )?;
-        // Streamed: one compacted frame in memory at a time, written as it fills.
-        let mut stager = Stager {
-            io: &io,
-            staged: &staged,
-            schema: &self.schema,
-            written: 0,
-            frames: 0,
-            pending: Vec::new(),
-            pending_bytes: 0,
-        };
-        let mut scan = PushLogScan::open(io.vfs(), &self.path, self.schema.clone())?;
-        let mut frames_before = 0;
-        let mut rows = 0;
-        for frame in scan.by_ref() {
-            let frame = frame?;
-            frames_before += 1;
-            rows += frame.batch.num_rows();
-            stager.push(frame.batch).await?;
+        let staging = format!("{}{COMPACTING_SUFFIX}", self.path);
+        // Compaction merges frames, so the staged file is rarely longer than the log: its room
+        // is reserved at the log's length before anything is created, so that a tenant at its
+        // quota is refused here, the log untouched. A staged file that grows past it meets the
+        // quota write by write.
+        let room = io
+            .vfs()
+            .reserve(&staging, bytes_before)
+            .map_err(|cause| ReplaceError {
+                stage: ReplaceStage::Stage,
+                cause,
+            })?;
+        let staged_outcome = async {
+            let staged = replace::begin(&io, &staging, &self.path)?;
+            // Streamed: one compacted frame in memory at a time, written as it fills.
+            let mut stager = Stager {
+                io: &io,
+                staged: &staged,
+                schema: &self.schema,
+                written: 0,
+                frames: 0,
+                pending: Vec::new(),
+                pending_bytes: 0,
+            };
+            let mut scan = PushLogScan::open(io.vfs(), &self.path, self.schema.clone())?;
+            let mut frames_before = 0;
+            let mut rows = 0;
+            for frame in scan.by_ref() {
+                let frame = frame?;
+                frames_before += 1;
+                rows += frame.batch.num_rows();
+                stager.push(frame.batch).await?;
+            }
+            scan.refuse_corruption()?;
+            stager.flush().await?;
+            let (frames_after, bytes_after) = (stager.frames, stager.written);
+            Ok::<_, PushLogError>((staged, frames_before, rows, frames_after, bytes_after))
         }
-        scan.refuse_corruption()?;
-        stager.flush().await?;
-        let (frames_after, bytes_after) = (stager.frames, stager.written);
+        .await;
+        let (staged, frames_before, rows, frames_after, bytes_after) = match staged_outcome {
+            Ok(staged) => staged,
+            Err(error) => {
+                // The staged file is unread garbage, and under a quota it holds room: gone
+                // now rather than at the next compaction (best effort; that one truncates it).
+                let _ = io.vfs().remove(&staging);
+                return Err(error);
+            }
+        };
         let report = |finished| CompactionReport {
             frames_before,
             frames_after,
@@ -183,6 +204,9 @@ impl<Io: DeviceIo + Clone> PushLogWriter<Io> {
             return Ok(report(finish));
         }
         let sealed = staged.seal(&io).await?;
+        // Written and synced: the file's length is charged now. Released before the rename (see
+        // `replace_file`).
+        drop(room);
         if finish == Finish::AfterStageSync {
             return Ok(report(finish));
         }

@@ -11,6 +11,7 @@
 pub mod io;
 mod mem;
 pub mod path;
+pub mod quota;
 pub mod replace;
 mod wit_conversions;
 
@@ -18,6 +19,7 @@ pub use io::{
     DeviceIo, FileIo, INLINE_WRITE_BYTES_MAX, ReadyIo, ZERO_BLOCK_BYTES, complete_now, write_zeros,
 };
 pub use mem::MemVfs;
+pub use quota::{DiskUsage, QuotaExceeded, QuotaVfs};
 
 use std::fmt;
 
@@ -80,6 +82,10 @@ pub enum VfsError {
     /// Any other failure, with the operating system's message.
     #[error("I/O error: {0}")]
     Io(String),
+    /// A disk quota ([`QuotaVfs`]) refused a growth or a reservation. Unlike
+    /// [`VfsError::NoSpace`], it is known to come before the call changed anything.
+    #[error(transparent)]
+    QuotaExceeded(QuotaExceeded),
 }
 
 impl VfsError {
@@ -112,6 +118,12 @@ pub trait VfsFile: Send + Sync + fmt::Debug {
     /// assumed about which earlier writes are durable (fsyncgate): callers must stop trusting
     /// the file.
     fn sync(&self, kind: SyncKind) -> Result<(), VfsError>;
+    /// Holds room under the backend's disk quota for this file to grow to `len` bytes, until the
+    /// reservation is dropped: see [`Vfs::reserve`]. Backends without a quota grant it.
+    fn reserve(&self, len: u64) -> Result<Box<dyn VfsReservation>, VfsError> {
+        let _ = len;
+        Ok(Box::new(Unbounded))
+    }
 
     /// Reads exactly `buf.len()` bytes at `offset`, or fails with `Io` on a short file.
     fn read_exact_at(&self, mut offset: u64, mut buf: &mut [u8]) -> Result<(), VfsError> {
@@ -149,7 +161,20 @@ impl<F: VfsFile + ?Sized> VfsFile for Box<F> {
     fn sync(&self, kind: SyncKind) -> Result<(), VfsError> {
         (**self).sync(kind)
     }
+    fn reserve(&self, len: u64) -> Result<Box<dyn VfsReservation>, VfsError> {
+        (**self).reserve(len)
+    }
 }
+
+/// Room held under a disk quota by [`Vfs::reserve`] or [`VfsFile::reserve`], released when
+/// dropped.
+pub trait VfsReservation: Send + Sync + fmt::Debug {}
+
+/// The reservation of a backend without a quota: holds nothing.
+#[derive(Debug)]
+pub struct Unbounded;
+
+impl VfsReservation for Unbounded {}
 
 /// A namespace of files under one root.
 pub trait Vfs: Send + Sync + fmt::Debug {
@@ -173,6 +198,24 @@ pub trait Vfs: Send + Sync + fmt::Debug {
     /// fails with [`VfsError::Locked`] without waiting. Advisory: it excludes only other
     /// `lock_exclusive` callers, never a plain `open`.
     fn lock_exclusive(&self, path: &str) -> Result<Box<dyn VfsLock>, VfsError>;
+
+    /// Holds room under the backend's disk quota for the file at `path` (which need not exist
+    /// yet) to be `len` bytes long, until the reservation is dropped: growing the file up to
+    /// `len` is then never refused for quota. An engine reserves before it accepts work, so that
+    /// a tenant at its quota is refused whole, before anything is visible or written, rather
+    /// than failing a write halfway. Backends without a quota (the default) grant it.
+    ///
+    /// # Errors
+    /// [`VfsError::QuotaExceeded`] when the room is not there; nothing is held.
+    fn reserve(&self, path: &str, len: u64) -> Result<Box<dyn VfsReservation>, VfsError> {
+        let _ = (path, len);
+        Ok(Box::new(Unbounded))
+    }
+
+    /// The disk quota's state, when the backend enforces one.
+    fn disk_usage(&self) -> Option<DiskUsage> {
+        None
+    }
 }
 
 /// The entries of directory `dir` in a flat namespace of `/`-separated file paths (sorted

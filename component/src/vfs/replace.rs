@@ -162,12 +162,25 @@ impl Renamed {
 /// step above, in order. On `Ok` the new contents survive power loss. On an error before
 /// [`ReplaceStage::Rename`], the staged file is removed (best effort) and the target is
 /// untouched.
+///
+/// The staged file's room is reserved first ([`super::Vfs::reserve`]): under a disk quota
+/// that has no room for it, this fails at [`ReplaceStage::Stage`] with
+/// [`VfsError::QuotaExceeded`] before anything is created.
 pub async fn replace_file<Io: DeviceIo>(
     io: &Io,
     staging: &str,
     target: &str,
     parts: &[(u64, &[u8])],
 ) -> Result<(), ReplaceError> {
+    let len = parts
+        .iter()
+        .map(|(offset, data)| offset + data.len() as u64)
+        .max()
+        .unwrap_or(0);
+    let room = io
+        .vfs()
+        .reserve(staging, len)
+        .map_err(ReplaceError::at(ReplaceStage::Stage))?;
     let sealed = async {
         let staged = begin(io, staging, target)?;
         for (offset, data) in parts {
@@ -176,6 +189,10 @@ pub async fn replace_file<Io: DeviceIo>(
         staged.seal(io).await
     }
     .await;
+    // The staged file holds its bytes now, charged by its length: released before the rename,
+    // which a quota refuses while the name it leaves is still reserved (see
+    // `quota::ledger::DiskLedger::rename`).
+    drop(room);
     let renamed = sealed.and_then(|sealed| sealed.rename(io));
     match renamed {
         Ok(renamed) => renamed.sync_dir(io).await,

@@ -1,7 +1,7 @@
 //! One error enum per operation, each carrying the numbers that explain it.
 
 use crate::header::HeaderError;
-use crate::vfs::VfsError;
+use crate::vfs::{QuotaExceeded, VfsError};
 
 use super::LogSeq;
 
@@ -41,6 +41,20 @@ pub enum WalWriteError {
         /// [`super::record::PAYLOAD_BYTES_MAX`].
         bytes_max: usize,
     },
+    /// The disk quota has no room for what this batch needs (a new segment, or a longer single
+    /// file). Nothing was staged or written, no seq was consumed, and the writer is not
+    /// poisoned: smaller batches that fit still succeed, and so does this one once
+    /// `truncate_through` (or another of the tenant's logs) has freed room.
+    #[error(transparent)]
+    QuotaExceeded(QuotaExceeded),
+    /// Reserving the room this batch needs failed for another reason than the quota (the
+    /// backend's error). Nothing was staged; the writer is not poisoned.
+    #[error("reserving disk room failed; nothing was staged")]
+    Unreserved {
+        /// The backend's error.
+        #[source]
+        cause: VfsError,
+    },
     /// Retaining this batch for `visible_records` would exceed the retention bound; retire
     /// absorbed records first. Nothing was staged.
     #[error(
@@ -55,6 +69,16 @@ pub enum WalWriteError {
         /// The writer's retention bound.
         retained_bytes_max: usize,
     },
+}
+
+impl WalWriteError {
+    /// A failed reservation, typed: the quota's refusal as [`Self::QuotaExceeded`].
+    pub fn unreserved(cause: VfsError) -> Self {
+        match cause {
+            VfsError::QuotaExceeded(refusal) => WalWriteError::QuotaExceeded(refusal),
+            cause => WalWriteError::Unreserved { cause },
+        }
+    }
 }
 
 /// Why `retire_visible_through` refused.

@@ -14,10 +14,12 @@
 
 use std::ops::DerefMut;
 
-use crate::vfs::{DeviceIo, FileIo, OpenMode, VfsError, write_zeros};
+use crate::vfs::{
+    DeviceIo, FileIo, OpenMode, Unbounded, Vfs, VfsError, VfsFile, VfsReservation, write_zeros,
+};
 
 use super::LogSeq;
-use super::group_commit::Group;
+use super::group_commit::{DiskClaim, Group};
 use super::segment::{self, SegmentRetention, segment_path};
 
 /// A scratch buffer grown beyond this by a multi-batch group is released after the group, so
@@ -63,6 +65,41 @@ impl<F> GroupWritten<F> {
             make_current(started);
         }
         self.result
+    }
+}
+
+/// Where a log's [`DiskClaim`]s are reserved: the one file of a single-file log, or the
+/// namespace and directory of a segmented one.
+#[derive(Clone, Copy, Debug)]
+pub enum ClaimSite<'a> {
+    /// A single-file log's file.
+    File(&'a dyn VfsFile),
+    /// A segmented log: the new segment is reserved by its path in `dir`.
+    Segments {
+        /// The log's namespace.
+        vfs: &'a dyn Vfs,
+        /// The log's directory.
+        dir: &'a str,
+    },
+}
+
+impl ClaimSite<'_> {
+    /// Reserves `claim` here, for [`super::group_commit::GroupCommit::stage_with`]: every driver
+    /// passes this.
+    pub fn reserve(self, claim: DiskClaim) -> Result<Box<dyn VfsReservation>, VfsError> {
+        match (claim, self) {
+            (DiskClaim::Segment { first_seq, bytes }, ClaimSite::Segments { vfs, dir }) => {
+                vfs.reserve(&segment_path(dir, first_seq), bytes)
+            }
+            (DiskClaim::FileEnd { len }, ClaimSite::File(file)) => file.reserve(len),
+            // The core claims segments only for a segmented log and file ends only for a
+            // single file, so a mismatch is a driver passing the wrong site: hold nothing
+            // rather than refuse a commit.
+            _ => {
+                debug_assert!(false, "{claim:?} claimed on the wrong site");
+                Ok(Box::new(Unbounded))
+            }
+        }
     }
 }
 

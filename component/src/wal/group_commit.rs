@@ -39,7 +39,7 @@ use std::ops::Range;
 use bytes::Bytes;
 
 use crate::header::HEADER_BYTES;
-use crate::vfs::{SyncKind, VfsError};
+use crate::vfs::{SyncKind, VfsError, VfsReservation};
 
 use super::record;
 use super::{LogSeq, WalOptions, WalRetireError, WalWriteError};
@@ -53,6 +53,26 @@ struct StagedBatch {
     end: LogSeq,
     records: u64,
     encoded: Bytes,
+}
+
+/// Room a batch needs under a disk quota before it may be staged: what the driver reserves
+/// ([`crate::vfs::Vfs::reserve`], [`crate::vfs::VfsFile::reserve`]) in the closure it passes
+/// to [`GroupCommit::stage_with`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DiskClaim {
+    /// The batch starts a new segment: the file whose first seq is `first_seq`, `bytes` long
+    /// (preallocated in full).
+    Segment {
+        /// The new segment's first seq, which names its file.
+        first_seq: LogSeq,
+        /// The segment size.
+        bytes: u64,
+    },
+    /// The single-file log grows to `len` bytes.
+    FileEnd {
+        /// The file's length once the batch is written.
+        len: u64,
+    },
 }
 
 /// How far ahead of the records a segmented writer writes zeros: a chunk at a time, once the
@@ -175,6 +195,15 @@ pub struct GroupCommit {
     zeroed_end: u64,
     pending: VecDeque<StagedBatch>,
     pending_records: u64,
+    /// Where the last staged batch ends, in the segment (or file) it will be written to: the
+    /// landing of every staged batch is known at staging, because groups pack whole batches in
+    /// seq order and rotate exactly when the next batch does not fit (see `poll_group`). So the
+    /// disk room a batch needs is known before it is visible ([`DiskClaim`]).
+    projected_end: u64,
+    /// Room held for staged batches, by the seq that starts the segment (or the batch) it was
+    /// claimed for: released once a group written past that seq has made the file that long,
+    /// or when the writer is dropped.
+    reservations: VecDeque<(LogSeq, Box<dyn VfsReservation>)>,
     in_flight: Option<LogSeq>,
     failure: Option<VfsError>,
     leader: bool,
@@ -216,6 +245,8 @@ impl GroupCommit {
             zeroed_end: write_offset,
             pending: VecDeque::new(),
             pending_records: 0,
+            projected_end: write_offset,
+            reservations: VecDeque::new(),
             in_flight: None,
             failure: None,
             leader: false,
@@ -279,7 +310,28 @@ impl GroupCommit {
     ///
     /// Encoding happens here, under the driver's lock, because each record's checksum covers its
     /// seq; for the payload sizes a WAL carries this is well under a microsecond per record.
+    ///
+    /// This asks for no disk room: a driver over a backend with a disk quota stages with
+    /// [`Self::stage_with`].
     pub fn stage(&mut self, records: &[(u16, &[u8])]) -> Result<Range<LogSeq>, WalWriteError> {
+        self.stage_with(records, |_| Ok(Box::new(crate::vfs::Unbounded)))
+    }
+
+    /// [`Self::stage`], holding disk room first: when the batch needs room (a new segment, or a
+    /// longer single file: [`DiskClaim`]), `reserve` is called with the claim after every other
+    /// check has passed and before anything is visible, and the reservation it returns is held
+    /// until a group has written past the batch.
+    ///
+    /// # Errors
+    /// As [`Self::stage`]; and [`WalWriteError::QuotaExceeded`] (or
+    /// [`WalWriteError::Unreserved`] for any other error of `reserve`): nothing is staged and no
+    /// seq consumed, and the writer stays healthy, so a smaller batch that fits, or this one
+    /// after room is freed (`truncate_through`), succeeds.
+    pub fn stage_with(
+        &mut self,
+        records: &[(u16, &[u8])],
+        reserve: impl FnOnce(DiskClaim) -> Result<Box<dyn VfsReservation>, VfsError>,
+    ) -> Result<Range<LogSeq>, WalWriteError> {
         if let Some(cause) = &self.failure {
             return Err(WalWriteError::Poisoned {
                 cause: cause.clone(),
@@ -298,6 +350,16 @@ impl GroupCommit {
                 retained_bytes_max: self.retained_bytes_max,
             });
         }
+        let (claim, projected_end) = self.claim_for(start, encoded_bytes as u64);
+        if let Some(claim) = claim {
+            let reservation = reserve(claim).map_err(WalWriteError::unreserved)?;
+            if claim_replaces_earlier(claim) {
+                // A longer single file covers every shorter length held before.
+                self.reservations.clear();
+            }
+            self.reservations.push_back((start, reservation));
+        }
+        self.projected_end = projected_end;
 
         let mut buf = Vec::with_capacity(encoded_bytes);
         let mut seq = start;
@@ -336,6 +398,25 @@ impl GroupCommit {
         self.pending_records += count;
         self.visible_end = seq;
         Ok(start..seq)
+    }
+
+    /// The room a batch of `bytes` encoded bytes starting at `start` needs, and where it will
+    /// end: see `projected_end`.
+    fn claim_for(&self, start: LogSeq, bytes: u64) -> (Option<DiskClaim>, u64) {
+        match self.segment_bytes {
+            Some(segment_bytes) if self.projected_end + bytes > segment_bytes => (
+                Some(DiskClaim::Segment {
+                    first_seq: start,
+                    bytes: segment_bytes,
+                }),
+                HEADER_BYTES as u64 + bytes,
+            ),
+            Some(_) => (None, self.projected_end + bytes),
+            None => {
+                let len = self.projected_end + bytes;
+                (Some(DiskClaim::FileEnd { len }), len)
+            }
+        }
     }
 
     /// Registers a caller that will wait until `target` (exclusive) is durable. Every
@@ -410,6 +491,16 @@ impl GroupCommit {
     /// # Errors
     /// [`WalWriteError::Poisoned`] if the writer has failed.
     pub fn request_seal(&mut self) -> Result<Option<SealTicket>, WalWriteError> {
+        self.request_seal_with(|_| Ok(Box::new(crate::vfs::Unbounded)))
+    }
+
+    /// [`Self::request_seal`], holding the new segment's room first (see [`Self::stage_with`]):
+    /// a seal the quota has no room for is refused with [`WalWriteError::QuotaExceeded`] and
+    /// asks for nothing.
+    pub fn request_seal_with(
+        &mut self,
+        reserve: impl FnOnce(DiskClaim) -> Result<Box<dyn VfsReservation>, VfsError>,
+    ) -> Result<Option<SealTicket>, WalWriteError> {
         if let Some(cause) = &self.failure {
             return Err(WalWriteError::Poisoned {
                 cause: cause.clone(),
@@ -421,8 +512,25 @@ impl GroupCommit {
             return Ok(Some(SealTicket(self.seals_done + 1)));
         }
         let holds_records = self.write_offset > HEADER_BYTES as u64 || self.in_flight.is_some();
-        if self.segment_bytes.is_none() || !(holds_records || self.seal_requested) {
+        let Some(segment_bytes) = self.segment_bytes else {
             return Ok(None);
+        };
+        if !(holds_records || self.seal_requested) {
+            return Ok(None);
+        }
+        if !self.seal_requested {
+            // The seal group starts with the records pending when it is polled: those pending
+            // now, and later ones after them.
+            let first_seq = self.pending.front().map_or(self.visible_end, |batch| {
+                LogSeq(batch.end.0 - batch.records)
+            });
+            let reservation = reserve(DiskClaim::Segment {
+                first_seq,
+                bytes: segment_bytes,
+            })
+            .map_err(WalWriteError::unreserved)?;
+            self.reservations.push_back((first_seq, reservation));
+            self.reproject_after_seal(segment_bytes);
         }
         self.seal_requested = true;
         // Settled by the next seal group to complete, which is polled after this call.
@@ -442,6 +550,26 @@ impl GroupCommit {
         } else {
             WaitState::Pending
         }
+    }
+
+    /// The pending batches now land in the seal's new segment, not the current one: where
+    /// they end there. A pending batch that no longer fits that segment would start one more,
+    /// which was not claimed when it was staged; the group that starts it then meets the
+    /// quota unreserved (it fails, as a failed write does, if the room is gone by then).
+    fn reproject_after_seal(&mut self, segment_bytes: u64) {
+        let mut end = HEADER_BYTES as u64;
+        for batch in &self.pending {
+            let bytes = batch.encoded.len() as u64;
+            if end + bytes > segment_bytes {
+                tracing::debug!(
+                    first_seq = batch.end.0 - batch.records,
+                    "a sealed segment's pending batches overflow it: rotation without a reservation"
+                );
+                end = HEADER_BYTES as u64;
+            }
+            end += bytes;
+        }
+        self.projected_end = end;
     }
 
     /// Makes the caller leader if no one leads, the writer is healthy, and there is work.
@@ -601,6 +729,12 @@ impl GroupCommit {
                 if group.sync.is_some() {
                     self.stats.syncs += 1;
                 }
+                // The group made its file at least as long as every claim before its end.
+                // (An empty seal group starts its segment at `durable_end` itself.)
+                let started = group.starts_segment.then_some(group.seqs.start);
+                let durable_end = self.durable_end;
+                self.reservations
+                    .retain(|(seq, _)| *seq >= durable_end && Some(*seq) != started);
                 // A seal of no record is a rotation, not a group: the group figures describe
                 // what commits share.
                 if group.records > 0 {
@@ -613,6 +747,8 @@ impl GroupCommit {
             }
             Err(cause) => {
                 self.failure = Some(cause);
+                // A poisoned writer writes nothing more: the room it held is free.
+                self.reservations.clear();
             }
         }
     }
@@ -691,6 +827,12 @@ impl GroupCommit {
             ..self.stats.clone()
         }
     }
+}
+
+/// Whether holding `claim` makes the reservations held before it redundant: a single file's
+/// longer end covers its shorter ones.
+fn claim_replaces_earlier(claim: DiskClaim) -> bool {
+    matches!(claim, DiskClaim::FileEnd { .. })
 }
 
 #[cfg(test)]

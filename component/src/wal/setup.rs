@@ -10,7 +10,9 @@
 
 use crate::header::{Family, FileHeader, HEADER_BYTES};
 use crate::recovery::LogEnd;
-use crate::vfs::{DeviceIo, OpenMode, Vfs, VfsFile, VfsLock, parent_dir, write_zeros};
+use crate::vfs::{
+    DeviceIo, OpenMode, Vfs, VfsFile, VfsLock, VfsReservation, parent_dir, write_zeros,
+};
 
 use super::executor::start_segment;
 use super::group_commit::GroupCommit;
@@ -159,6 +161,9 @@ pub struct SegmentedSetup<F = Box<dyn VfsFile>> {
     /// The writer lock (`<dir>/LOCK`), taken before recovery read anything. Whoever drives the
     /// core holds it until the writer is dropped.
     pub lock: Box<dyn VfsLock>,
+    /// The room a checkpoint needs under a disk quota (`reserve_checkpoint_room`): whoever
+    /// drives the core holds it until the writer is dropped.
+    pub checkpoint_room: Vec<Box<dyn VfsReservation>>,
 }
 
 /// [`setup_log`] for a segmented log in directory `dir` (created if missing), with
@@ -207,6 +212,7 @@ pub async fn setup_segments<Io: DeviceIo>(
         vfs.create_dir(dir)?;
     }
     let lock = lock_writer(vfs, dir, true)?;
+    let checkpoint_room = reserve_checkpoint_room(vfs, dir);
     let recovery = segment::replay_segments(vfs, dir, options.first_seq, |_| {})?;
     if mode == SetupMode::Create && recovery.usable_segments().next().is_some() {
         return Err(WalOpenError::NotEmpty {
@@ -279,5 +285,25 @@ pub async fn setup_segments<Io: DeviceIo>(
         live,
         segment_bytes,
         lock,
+        checkpoint_room,
     })
+}
+
+/// Holds, for the writer's life, the room a checkpoint needs under a disk quota: the
+/// checkpoint file and the file it is staged in, a header each. A tenant at its quota can then
+/// still checkpoint, and so truncate what it has absorbed, which is how it frees room: a
+/// checkpoint never asks for more. Best effort: a tenant already past its quota when the log
+/// opens gets what fits (the reservations are asked again by nothing), and a checkpoint that
+/// then finds no room fails with `QuotaExceeded`, typed, touching nothing.
+fn reserve_checkpoint_room(vfs: &dyn Vfs, dir: &str) -> Vec<Box<dyn VfsReservation>> {
+    [segment::CHECKPOINT_FILE, segment::CHECKPOINT_STAGING_FILE]
+        .into_iter()
+        .filter_map(|name| {
+            vfs.reserve(&join(dir, name), HEADER_BYTES as u64)
+                .inspect_err(|cause| {
+                    tracing::debug!(dir, name, %cause, "no room held for the checkpoint");
+                })
+                .ok()
+        })
+        .collect()
 }

@@ -7,9 +7,11 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::thread::{self, Thread};
 
-use crate::vfs::{DeviceIo, OpenMode, ReadyIo, Vfs, VfsError, VfsFile, VfsLock, complete_now};
+use crate::vfs::{
+    DeviceIo, OpenMode, ReadyIo, Vfs, VfsError, VfsFile, VfsLock, VfsReservation, complete_now,
+};
 
-use super::executor::{SegmentSite, write_group, write_segmented_group};
+use super::executor::{ClaimSite, SegmentSite, write_group, write_segmented_group};
 use super::group_commit::{Group, GroupCommit, LeaderStep, Leadership, WaitState};
 use super::replay::Recovery;
 use super::segment::{SegmentRetention, SegmentedRecovery};
@@ -77,6 +79,19 @@ enum Storage {
     Segments(Segments),
 }
 
+impl Storage {
+    /// Where this log's disk claims are reserved.
+    fn claim_site(&self) -> ClaimSite<'_> {
+        match self {
+            Storage::SingleFile(file) => ClaimSite::File(&**file),
+            Storage::Segments(segments) => ClaimSite::Segments {
+                vfs: segments.io.vfs(),
+                dir: &segments.dir,
+            },
+        }
+    }
+}
+
 #[derive(Debug)]
 struct Segments {
     io: ReadyIo,
@@ -88,6 +103,8 @@ struct Segments {
     /// Checkpoint and truncation state. Held while segments are deleted, so that truncations
     /// and checkpoints are serialized; a rotation takes it only to record its new segment.
     retention: Mutex<SegmentRetention>,
+    /// Held for its drop: the room a checkpoint needs under a disk quota.
+    _checkpoint_room: Vec<Box<dyn VfsReservation>>,
 }
 
 impl WalWriter {
@@ -257,6 +274,7 @@ impl WalWriter {
                 live: setup.live,
                 checkpoint: setup.recovery.checkpoint,
             }),
+            _checkpoint_room: setup.checkpoint_room,
         });
         Self::from_parts(storage, setup.core, lock)
     }
@@ -312,7 +330,7 @@ impl WalWriter {
     /// visible, and this call returns [`WalWriteError::Failed`] if it was leading.
     pub fn commit_many(&self, records: &[(u16, &[u8])]) -> Result<Range<LogSeq>, WalWriteError> {
         let mut core = lock(&self.core);
-        let range = core.stage(records)?;
+        let range = core.stage_with(records, |claim| self.storage.claim_site().reserve(claim))?;
         if range.is_empty() {
             return Ok(range);
         }
@@ -336,7 +354,7 @@ impl WalWriter {
         records: &[(u16, &[u8])],
     ) -> Result<Range<LogSeq>, WalWriteError> {
         let mut core = lock(&self.core);
-        let range = core.stage(records)?;
+        let range = core.stage_with(records, |claim| self.storage.claim_site().reserve(claim))?;
         if range.is_empty() {
             return Ok(range);
         }
@@ -383,7 +401,9 @@ impl WalWriter {
     /// group does.
     pub fn seal_active_segment(&self) -> Result<bool, WalWriteError> {
         let mut core = lock(&self.core);
-        let Some(ticket) = core.request_seal()? else {
+        let Some(ticket) =
+            core.request_seal_with(|claim| self.storage.claim_site().reserve(claim))?
+        else {
             return Ok(false);
         };
         loop {

@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use anyhow::{Context, Result};
 use indicatif::{ProgressBar, ProgressStyle};
-use stele::vfs::{OpenMode, SyncKind, Vfs, VfsError, VfsFile, VfsLock};
+use stele::vfs::{DiskUsage, OpenMode, SyncKind, Vfs, VfsError, VfsFile, VfsLock, VfsReservation};
 
 /// Below this many bytes an operation takes well under a second (the engine reads and writes
 /// at hundreds of MB/s or more), so no bar is drawn: it would only flicker.
@@ -140,6 +140,9 @@ impl VfsFile for ProgressFile {
         }
         self.inner.sync(kind)
     }
+    fn reserve(&self, len: u64) -> Result<Box<dyn VfsReservation>, VfsError> {
+        self.inner.reserve(len)
+    }
 }
 
 impl Vfs for ProgressVfs {
@@ -171,6 +174,12 @@ impl Vfs for ProgressVfs {
     }
     fn exists(&self, path: &str) -> Result<bool, VfsError> {
         self.inner.exists(path)
+    }
+    fn reserve(&self, path: &str, len: u64) -> Result<Box<dyn VfsReservation>, VfsError> {
+        self.inner.reserve(path, len)
+    }
+    fn disk_usage(&self) -> Option<DiskUsage> {
+        self.inner.disk_usage()
     }
     fn list(&self, dir: &str) -> Result<Vec<String>, VfsError> {
         self.inner.list(dir)

@@ -7,7 +7,7 @@ use std::collections::HashSet;
 use std::sync::{Arc, Mutex, PoisonError};
 
 use stele::vfs::path::check_relative_path;
-use stele::vfs::{OpenMode, Vfs, VfsError, VfsFile, VfsLock};
+use stele::vfs::{DiskUsage, OpenMode, Vfs, VfsError, VfsFile, VfsLock, VfsReservation};
 
 /// The directory `dir` of `inner`, confined: every path is checked by the `vfs` contract's
 /// rules (relative, no `..`, no `.`, no empty segment) before it is joined to `dir`, so no path
@@ -103,6 +103,15 @@ impl Vfs for SubdirVfs {
             Some(table) => table.take(path),
             None => self.inner.lock_exclusive(&path),
         }
+    }
+
+    fn reserve(&self, path: &str, len: u64) -> Result<Box<dyn VfsReservation>, VfsError> {
+        self.inner.reserve(&self.full(path, false)?, len)
+    }
+
+    /// `inner`'s quota, which this directory shares with whatever else of `inner` it bounds.
+    fn disk_usage(&self) -> Option<DiskUsage> {
+        self.inner.disk_usage()
     }
 }
 

@@ -18,6 +18,7 @@ mod model;
 mod push_log;
 mod push_log_crash_matrix;
 mod push_log_pyarrow;
+mod quota;
 mod sandbox_boundary;
 mod tenants_crash_matrix;
 mod wal;

@@ -42,7 +42,8 @@ impl WalWriter {
     ) -> Result<Range<LogSeq>, WalWriteError> {
         let (wait, range) = {
             let mut core = lock(&self.core);
-            let range = core.stage(records)?;
+            let range =
+                core.stage_with(records, |claim| self.storage.claim_site().reserve(claim))?;
             if range.is_empty() {
                 return Ok(range);
             }
@@ -83,7 +84,8 @@ impl WalWriter {
     ) -> Result<Range<LogSeq>, WalWriteError> {
         let (range, leadership) = {
             let mut core = lock(&self.core);
-            let range = core.stage(records)?;
+            let range =
+                core.stage_with(records, |claim| self.storage.claim_site().reserve(claim))?;
             if range.is_empty() {
                 return Ok(range);
             }
