@@ -76,6 +76,7 @@ mod mode;
 #[cfg(feature = "test-support")]
 pub mod peak_rss;
 mod push_log;
+mod quota;
 pub mod sandbox;
 pub mod tenants;
 mod wal;

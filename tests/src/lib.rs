@@ -14,7 +14,7 @@ pub mod embedding_guide {}
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use stele::vfs::{DiskUsage, OpenMode, SyncKind, Vfs, VfsError, VfsFile, VfsLock, VfsReservation};
+use stele::vfs::{OpenMode, QuotaStats, SyncKind, Vfs, VfsError, VfsFile, VfsLock, VfsReservation};
 use stele_host::fs::RealFs;
 
 /// Prints a summary line that must reach CI's log: it writes to the process's stdout directly,
@@ -245,8 +245,11 @@ impl Vfs for FailingVfs {
     fn reserve(&self, path: &str, len: u64) -> Result<Box<dyn VfsReservation>, VfsError> {
         self.inner.reserve(path, len)
     }
-    fn disk_usage(&self) -> Option<DiskUsage> {
-        self.inner.disk_usage()
+    fn quota_stats(&self) -> Option<QuotaStats> {
+        self.inner.quota_stats()
+    }
+    fn throttle_wait(&self) -> Result<std::time::Duration, VfsError> {
+        self.inner.throttle_wait()
     }
 }
 

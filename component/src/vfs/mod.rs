@@ -19,7 +19,7 @@ pub use io::{
     DeviceIo, FileIo, INLINE_WRITE_BYTES_MAX, ReadyIo, ZERO_BLOCK_BYTES, complete_now, write_zeros,
 };
 pub use mem::MemVfs;
-pub use quota::{DiskUsage, QuotaExceeded, QuotaVfs};
+pub use quota::{QuotaExceeded, QuotaLimits, QuotaStats, Throttled};
 
 use std::fmt;
 
@@ -82,10 +82,14 @@ pub enum VfsError {
     /// Any other failure, with the operating system's message.
     #[error("I/O error: {0}")]
     Io(String),
-    /// A disk quota ([`QuotaVfs`]) refused a growth or a reservation. Unlike
+    /// A disk quota (`stele_host::fs::QuotaVfs`) refused a growth or a reservation. Unlike
     /// [`VfsError::NoSpace`], it is known to come before the call changed anything.
     #[error(transparent)]
     QuotaExceeded(QuotaExceeded),
+    /// A rate limit (`stele_host::fs::QuotaVfs`) refused the call before it started: the tenant would have
+    /// had to wait past its `throttle_delay_max`.
+    #[error(transparent)]
+    Throttled(Throttled),
 }
 
 impl VfsError {
@@ -212,9 +216,20 @@ pub trait Vfs: Send + Sync + fmt::Debug {
         Ok(Box::new(Unbounded))
     }
 
-    /// The disk quota's state, when the backend enforces one.
-    fn disk_usage(&self) -> Option<DiskUsage> {
+    /// The quota's figures, when the backend enforces one (`stele_host::fs::QuotaVfs`).
+    fn quota_stats(&self) -> Option<QuotaStats> {
         None
+    }
+
+    /// Asked by a caller about to write (a commit, an append, a push), before anything is
+    /// staged: how long to wait first so that the tenant keeps to its rates (`stele_host::fs::QuotaVfs`),
+    /// zero when it is within them (and always, without a rate limit).
+    ///
+    /// # Errors
+    /// [`VfsError::Throttled`] when the wait would pass the tenant's `throttle_delay_max`:
+    /// the caller should refuse its call, typed, and nothing else.
+    fn throttle_wait(&self) -> Result<std::time::Duration, VfsError> {
+        Ok(std::time::Duration::ZERO)
     }
 }
 

@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use anyhow::{Context, Result};
 use indicatif::{ProgressBar, ProgressStyle};
-use stele::vfs::{DiskUsage, OpenMode, SyncKind, Vfs, VfsError, VfsFile, VfsLock, VfsReservation};
+use stele::vfs::{OpenMode, QuotaStats, SyncKind, Vfs, VfsError, VfsFile, VfsLock, VfsReservation};
 
 /// Below this many bytes an operation takes well under a second (the engine reads and writes
 /// at hundreds of MB/s or more), so no bar is drawn: it would only flicker.
@@ -178,8 +178,11 @@ impl Vfs for ProgressVfs {
     fn reserve(&self, path: &str, len: u64) -> Result<Box<dyn VfsReservation>, VfsError> {
         self.inner.reserve(path, len)
     }
-    fn disk_usage(&self) -> Option<DiskUsage> {
-        self.inner.disk_usage()
+    fn quota_stats(&self) -> Option<QuotaStats> {
+        self.inner.quota_stats()
+    }
+    fn throttle_wait(&self) -> Result<std::time::Duration, VfsError> {
+        self.inner.throttle_wait()
     }
     fn list(&self, dir: &str) -> Result<Vec<String>, VfsError> {
         self.inner.list(dir)

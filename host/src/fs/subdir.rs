@@ -7,7 +7,7 @@ use std::collections::HashSet;
 use std::sync::{Arc, Mutex, PoisonError};
 
 use stele::vfs::path::check_relative_path;
-use stele::vfs::{DiskUsage, OpenMode, Vfs, VfsError, VfsFile, VfsLock, VfsReservation};
+use stele::vfs::{OpenMode, QuotaStats, Vfs, VfsError, VfsFile, VfsLock, VfsReservation};
 
 /// The directory `dir` of `inner`, confined: every path is checked by the `vfs` contract's
 /// rules (relative, no `..`, no `.`, no empty segment) before it is joined to `dir`, so no path
@@ -110,8 +110,11 @@ impl Vfs for SubdirVfs {
     }
 
     /// `inner`'s quota, which this directory shares with whatever else of `inner` it bounds.
-    fn disk_usage(&self) -> Option<DiskUsage> {
-        self.inner.disk_usage()
+    fn quota_stats(&self) -> Option<QuotaStats> {
+        self.inner.quota_stats()
+    }
+    fn throttle_wait(&self) -> Result<std::time::Duration, VfsError> {
+        self.inner.throttle_wait()
     }
 }
 

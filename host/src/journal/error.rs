@@ -13,4 +13,8 @@ pub enum JournalError {
     /// What only a sandboxed journal can fail with (a trap, a limit).
     #[error(transparent)]
     Sandbox(#[from] SandboxError),
+    /// The tenant is over a rate limit (its [`stele::vfs::QuotaVfs`]) by more than its
+    /// `throttle_delay_max`: refused before anything was written. Calls within it wait instead.
+    #[error(transparent)]
+    Throttled(#[from] stele::vfs::Throttled),
 }

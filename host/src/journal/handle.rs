@@ -25,6 +25,7 @@ use super::engine::{JournalEngine, open_engine};
 use super::error::JournalError;
 use crate::Mode;
 use crate::archive_gate::CompactionListener;
+use crate::quota::{Pacer, with_quota};
 use crate::sandbox::SandboxError;
 use crate::sandbox::runtime::{Runtime, SandboxLimits, trap_error};
 
@@ -38,6 +39,8 @@ pub struct Journal {
     mode: Mode,
     path: String,
     compaction_listener: Option<Arc<dyn CompactionListener>>,
+    /// The tenant's rates, asked before every append and compaction.
+    pacer: Pacer,
 }
 
 impl Journal {
@@ -58,6 +61,8 @@ impl Journal {
     ) -> Result<Journal, JournalError> {
         let path = path.to_owned();
         let opened_path = path.clone();
+        let vfs = with_quota(vfs, &limits).map_err(stele::journal::JournalError::Vfs)?;
+        let pacer = Pacer::over(&vfs);
         let journal =
             tokio::task::spawn_blocking(move || HostJournal::open(vfs, &opened_path, mode, limits))
                 .await
@@ -67,6 +72,7 @@ impl Journal {
             mode,
             path,
             compaction_listener: None,
+            pacer,
         })
     }
 
@@ -80,6 +86,7 @@ impl Journal {
     /// success and on error alike.
     #[tracing::instrument(level = "debug", skip_all, fields(mode = self.mode().name()))]
     pub async fn append(&mut self, buf: &mut Vec<u8>) -> Result<(), JournalError> {
+        self.pacer.pace().await?;
         self.writer.append(buf).await
     }
 
@@ -88,6 +95,7 @@ impl Journal {
     /// the attached [`CompactionListener`], if any, is told.
     #[tracing::instrument(level = "info", skip_all, fields(mode = self.mode().name()))]
     pub async fn compact(&mut self, snapshot: Vec<u8>) -> Result<(), JournalError> {
+        self.pacer.pace().await?;
         self.writer.compact(snapshot).await?;
         if let Some(listener) = &self.compaction_listener {
             listener.compacted(&self.path);

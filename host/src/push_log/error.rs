@@ -18,4 +18,8 @@ pub enum PushLogCallError {
     /// What only a sandboxed push log can fail with (a trap, a limit).
     #[error(transparent)]
     Sandbox(#[from] SandboxError),
+    /// The tenant is over a rate limit (its [`stele::vfs::QuotaVfs`]) by more than its
+    /// `throttle_delay_max`: refused before anything was written. Calls within it wait instead.
+    #[error(transparent)]
+    Throttled(#[from] stele::vfs::Throttled),
 }

@@ -31,6 +31,7 @@ use super::scan::PushLogScan;
 use super::session;
 use crate::Mode;
 use crate::archive_gate::CompactionListener;
+use crate::quota::{Pacer, with_quota};
 use crate::sandbox::runtime::SandboxLimits;
 
 /// A push log, native or sandboxed. `Send + Sync`; pushes are serialized.
@@ -40,6 +41,8 @@ pub struct PushLog {
     mode: Mode,
     path: String,
     compaction_listener: std::sync::OnceLock<Arc<dyn CompactionListener>>,
+    /// The tenant's rates, asked before every push and compaction.
+    pacer: Pacer,
 }
 
 impl std::fmt::Debug for PushLog {
@@ -73,8 +76,11 @@ impl PushLog {
         mode: Mode,
         limits: SandboxLimits,
     ) -> Result<PushLog, PushLogCallError> {
+        let vfs = with_quota(vfs, &limits).map_err(stele::push_log::PushLogError::Vfs)?;
+        let pacer = Pacer::over(&vfs);
         let engine = open_engine(vfs, path, &schema, mode, limits)?;
         Ok(PushLog {
+            pacer,
             schema,
             engine,
             mode,
@@ -100,6 +106,7 @@ impl PushLog {
         // Checked here, first, in every mode: a batch of another schema gets the same error
         // whether or not it would also be too large for a frame.
         engine::check_schema(&self.schema, batch)?;
+        self.pacer.pace_blocking()?;
         self.engine.append(batch)
     }
 
@@ -129,6 +136,7 @@ impl PushLog {
     /// [`CompactionListener`], if any, is told.
     #[tracing::instrument(level = "info", skip_all)]
     pub fn compact(&self) -> Result<CompactionReport, PushLogCallError> {
+        self.pacer.pace_blocking()?;
         let report = self.engine.compact()?;
         self.tell_compacted();
         Ok(report)

@@ -15,7 +15,7 @@ use std::path::PathBuf;
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
-use stele::vfs::Vfs;
+use stele::vfs::{QuotaLimits, Vfs};
 use wasmtime::component::{Component, Linker, ResourceTable};
 use wasmtime::{Config, Engine, PoolingAllocationConfig, ResourceLimiter, Store, UpdateDeadline};
 use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
@@ -88,7 +88,7 @@ pub const MEMORIES_PER_COMPONENT: u32 = 1;
 pub const TABLES_PER_COMPONENT: u32 = 4;
 
 /// Per-instance limits. Natively ([`crate::Mode::Native`]) there is no instance, and these
-/// do not apply. `#[non_exhaustive]`, so that a new limit is not a breaking change: start from
+/// do not apply, except [`Self::quota`], which bounds the log's storage in every mode. `#[non_exhaustive]`, so that a new limit is not a breaking change: start from
 /// `SandboxLimits::default()` and change what you need with the `with_*` setters.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[non_exhaustive]
@@ -106,6 +106,12 @@ pub struct SandboxLimits {
     /// an import (a slow fsync, say) does not count. Measured in [`EPOCH_TICK`]s. `None` (the
     /// default): no deadline.
     pub busy_deadline: Option<Duration>,
+    /// Disk bytes and rates ([`QuotaLimits`]), in every mode, natively too: a handle opened
+    /// with a bounded quota puts its [`stele::vfs::Vfs`] under a
+    /// [`stele::vfs::QuotaVfs`] of its own, which counts every file under that root. For one
+    /// bound over several logs of a tenant, open them all over one shared `QuotaVfs` instead
+    /// (as [`crate::Tenants`] does with its options' quota). Unbounded by default.
+    pub quota: QuotaLimits,
 }
 
 impl Default for SandboxLimits {
@@ -114,6 +120,7 @@ impl Default for SandboxLimits {
             memory_bytes_max: MEMORY_BYTES_MAX_DEFAULT,
             open_files_max: OPEN_FILES_MAX_DEFAULT,
             busy_deadline: None,
+            quota: QuotaLimits::unbounded(),
         }
     }
 }
@@ -134,6 +141,12 @@ impl SandboxLimits {
     /// These limits with a busy deadline (`None`: none).
     pub const fn with_busy_deadline(mut self, busy_deadline: Option<Duration>) -> Self {
         self.busy_deadline = busy_deadline;
+        self
+    }
+
+    /// These limits with a quota (disk bytes, rates).
+    pub const fn with_quota(mut self, quota: QuotaLimits) -> Self {
+        self.quota = quota;
         self
     }
 }

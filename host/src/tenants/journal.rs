@@ -98,12 +98,12 @@ impl TenantJournal {
     /// tenants' logs), so off the executor.
     async fn directory(&self, make_room: bool) -> Result<Arc<dyn Vfs>, TenantsError> {
         let registry = self.registry.clone();
-        let name = self.tenant().to_owned();
+        let tenant = self.slot.tenant.clone();
         tokio::task::spawn_blocking(move || {
             if make_room {
                 registry.before_resume();
             }
-            registry.tenant_vfs(&name)
+            registry.tenant_vfs(&tenant)
         })
         .await
         .map_err(|_| {
@@ -125,10 +125,14 @@ impl TenantJournal {
         if journal.is_none() {
             let vfs = self.directory(true).await?;
             let options = &self.registry.options;
-            let opened =
-                Journal::open_with_limits(vfs, TENANT_JOURNAL_PATH, options.mode, options.limits)
-                    .await
-                    .map_err(|source| self.journal_error(source))?;
+            let opened = Journal::open_with_limits(
+                vfs,
+                TENANT_JOURNAL_PATH,
+                options.mode,
+                options.log_limits(),
+            )
+            .await
+            .map_err(|source| self.journal_error(source))?;
             *journal = Some(opened);
             self.registry.admit(&self.slot.tenant, self.slot.clone());
         }

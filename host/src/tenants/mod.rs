@@ -49,10 +49,10 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use arrow_schema::SchemaRef;
-use stele::vfs::{Vfs, VfsError, VfsLock};
+use stele::vfs::{QuotaLimits, QuotaStats, Vfs, VfsError, VfsLock};
 use stele::wal::{DurabilityPolicy, WalOptions};
 
-use crate::fs::{LockTable, RealFs, SubdirVfs};
+use crate::fs::{LockTable, QuotaVfs, RealFs, SubdirVfs};
 use crate::journal::JournalError;
 use crate::mode::Mode;
 use crate::push_log::{PushLog, PushLogCallError};
@@ -91,7 +91,9 @@ pub const TENANT_NAME_BYTES_MAX: usize = 128;
 pub struct TenantsOptions {
     /// Where every log runs.
     pub mode: Mode,
-    /// Each sandboxed log's instance limits (ignored natively).
+    /// Each sandboxed log's instance limits (ignored natively), and each tenant's quota
+    /// ([`SandboxLimits::quota`], in every mode): one bound over all of a tenant's logs, kept
+    /// across hibernations.
     pub limits: SandboxLimits,
     /// Each log's options. Segmented: a tenant's log is a directory.
     pub wal: WalOptions,
@@ -128,6 +130,12 @@ impl TenantsOptions {
     pub fn with_limits(mut self, limits: SandboxLimits) -> Self {
         self.limits = limits;
         self
+    }
+
+    /// The limits each log opens with: the instance limits, without the quota, which the
+    /// registry applies once per tenant over all its logs.
+    pub(crate) fn log_limits(&self) -> SandboxLimits {
+        self.limits.with_quota(QuotaLimits::unbounded())
     }
 
     /// These options with other log options (a single-file layout is made segmented: a
@@ -231,6 +239,9 @@ pub struct TenantStats {
     pub hibernations: u64,
     /// When its last call ended (or it was registered).
     pub last_used: Instant,
+    /// Its quota's figures (disk used against the bound, syncs, throttles, refusals), once one
+    /// of its logs has opened under a bounded quota.
+    pub quota: Option<QuotaStats>,
 }
 
 /// The registry: see the module doc. Cloning shares it; the root's lock is released when the
@@ -377,7 +388,7 @@ impl Tenants {
                                 TENANT_LOG_PATH,
                                 options.wal,
                                 options.mode,
-                                options.limits,
+                                options.log_limits(),
                             )
                             .map(|(wal, _recovery)| wal)
                             .map_err(|source| TenantsError::Wal {
@@ -435,7 +446,7 @@ impl Tenants {
                                 TENANT_PUSH_LOG_PATH,
                                 opened_schema.clone(),
                                 options.mode,
-                                options.limits,
+                                options.log_limits(),
                             )
                             .map(Arc::new)
                             .map_err(|source| TenantsError::PushLog {
@@ -526,19 +537,32 @@ impl Registry {
             opens,
             hibernations,
             last_used: self.epoch + Duration::from_millis(tenant.last_used_ms.load(Relaxed)),
+            quota: tenant.quota.get().map(QuotaVfs::stats),
         }
     }
 
-    /// `tenant`'s directory, made if it is not there yet, as the root its logs see.
-    fn tenant_vfs(&self, tenant: &str) -> Result<Arc<dyn Vfs>, TenantsError> {
-        match self.root.create_dir(tenant) {
+    /// `tenant`'s directory, made if it is not there yet, as the root its logs see: under the
+    /// tenant's quota when the options bound one.
+    fn tenant_vfs(&self, tenant: &Tenant) -> Result<Arc<dyn Vfs>, TenantsError> {
+        if let Some(quota) = tenant.quota.get() {
+            return Ok(Arc::new(quota.clone()));
+        }
+        let name = tenant.name.as_str();
+        match self.root.create_dir(name) {
             Ok(()) | Err(VfsError::AlreadyExists) => {}
             Err(e) => return Err(TenantsError::Root(e)),
         }
-        let vfs = SubdirVfs::new(self.root.clone(), tenant)
-            .map_err(TenantsError::Root)?
-            .with_lock_table(self.locks.clone());
-        Ok(Arc::new(vfs))
+        let vfs: Arc<dyn Vfs> = Arc::new(
+            SubdirVfs::new(self.root.clone(), name)
+                .map_err(TenantsError::Root)?
+                .with_lock_table(self.locks.clone()),
+        );
+        if !self.options.limits.quota.is_bounded() {
+            return Ok(vfs);
+        }
+        // Two first opens of one tenant's logs may race here: one quota wins, and both use it.
+        let made = QuotaVfs::new(vfs, self.options.limits.quota).map_err(TenantsError::Root)?;
+        Ok(Arc::new(tenant.quota.get_or_init(|| made).clone()))
     }
 
     /// Before a log opens: hibernates the idle ones, then makes room within the budget.

@@ -5,9 +5,11 @@
 //! facet: each facet's file says how its handle settles ([`Facet`]) and opens.
 
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError, TryLockError};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError, TryLockError};
 
 use stele::vfs::Vfs;
+
+use crate::fs::QuotaVfs;
 
 use super::{Registry, TenantsError, TenantsOptions};
 
@@ -26,6 +28,10 @@ pub(super) struct Tenant {
     /// hibernation dropped the log, so `opens > hibernations` exactly while one is open.
     pub(super) opens: AtomicU64,
     pub(super) hibernations: AtomicU64,
+    /// Its quota, shared by all its logs, made at the first open when the registry's options
+    /// bound one ([`super::TenantsOptions::limits`]) and kept across hibernations, so that its
+    /// figures and its rates' debt outlive any one open log.
+    pub(super) quota: OnceLock<QuotaVfs>,
 }
 
 impl Tenant {
@@ -38,6 +44,7 @@ impl Tenant {
             durable_calls: AtomicU64::new(0),
             opens: AtomicU64::new(0),
             hibernations: AtomicU64::new(0),
+            quota: OnceLock::new(),
         }
     }
 
@@ -133,7 +140,7 @@ impl<H: Facet> Slot<H> {
         let mut handle = lock(&self.handle);
         if handle.is_none() {
             registry.before_resume();
-            let vfs = registry.tenant_vfs(&self.tenant.name)?;
+            let vfs = registry.tenant_vfs(&self.tenant)?;
             *handle = Some((self.open)(&registry.options, &self.tenant.name, vfs)?);
             registry.admit(&self.tenant, self.clone());
         }

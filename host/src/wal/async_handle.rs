@@ -67,6 +67,7 @@ impl AsyncWal {
     #[tracing::instrument(level = "debug", skip_all, fields(mode = self.mode().name()))]
     pub async fn commit_many(&self, records: &[(u16, &[u8])]) -> Result<Range<LogSeq>, WalError> {
         let encoded_bytes = self.wal.checked(records)?;
+        self.wal.pacer.pace().await?;
         (self.wal.engine.clone())
             .commit_many_async(records, encoded_bytes, false)
             .await
@@ -79,6 +80,7 @@ impl AsyncWal {
         records: &[(u16, &[u8])],
     ) -> Result<Range<LogSeq>, WalError> {
         let encoded_bytes = self.wal.checked(records)?;
+        self.wal.pacer.pace().await?;
         (self.wal.engine.clone())
             .commit_many_async(records, encoded_bytes, true)
             .await

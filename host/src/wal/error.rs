@@ -1,5 +1,6 @@
 //! [`WalError`]: what a WAL handle's call can fail with, in every mode.
 
+use stele::vfs::Throttled;
 use stele::wal::{WalOpenError, WalRetentionError, WalRetireError, WalWriteError};
 
 use crate::archive_gate::ArchiveBacklog;
@@ -29,6 +30,10 @@ pub enum WalError {
     /// ([`ArchiveGate`]); nothing of the batch was written.
     #[error(transparent)]
     ArchiveBacklog(#[from] ArchiveBacklog),
+    /// The tenant is over a rate limit (its [`stele::vfs::QuotaVfs`]) by more than its
+    /// `throttle_delay_max`: refused before anything was staged. Calls within it wait instead.
+    #[error(transparent)]
+    Throttled(#[from] Throttled),
     /// [`Wal::attach_archive_gate`] on a log that already has an archiver.
     #[error("this log already has an archiver attached")]
     ArchiveAttached,

@@ -18,6 +18,7 @@ use super::plain::PlainWal;
 use super::session::AsyncSandbox;
 use crate::Mode;
 use crate::archive_gate::ArchiveGate;
+use crate::quota::{Pacer, with_quota};
 use crate::sandbox::SandboxLimits;
 
 /// A write-ahead log, native or sandboxed, for threads. `Clone` (shared), `Send + Sync`.
@@ -32,6 +33,8 @@ pub struct Wal {
     group_bytes_max: usize,
     /// The archiver's gate, once one is attached; shared by every clone.
     pub(super) archive_gate: Arc<OnceLock<Arc<ArchiveGate>>>,
+    /// The tenant's rates, asked before every commit ([`Pacer`]).
+    pub(super) pacer: Pacer,
 }
 
 impl std::fmt::Debug for Wal {
@@ -106,8 +109,10 @@ impl Wal {
         mode: Mode,
         limits: SandboxLimits,
     ) -> Result<Wal, WalError> {
+        let vfs = with_quota(vfs, &limits).map_err(stele::wal::WalOpenError::Vfs)?;
+        let pacer = Pacer::over(&vfs);
         let (engine, _) = open_engine(vfs, path, options, mode, limits, true)?;
-        Ok(Wal::over(engine, options))
+        Ok(Wal::over(engine, options, pacer))
     }
 
     /// Recovers the log at `path` (missing or empty, it becomes a new log) and resumes
@@ -133,15 +138,18 @@ impl Wal {
         mode: Mode,
         limits: SandboxLimits,
     ) -> Result<(Wal, Recovery), WalError> {
+        let vfs = with_quota(vfs, &limits).map_err(stele::wal::WalOpenError::Vfs)?;
+        let pacer = Pacer::over(&vfs);
         let (engine, recovery) = open_engine(vfs, path, options, mode, limits, false)?;
-        Ok((Wal::over(engine, options), recovery))
+        Ok((Wal::over(engine, options, pacer), recovery))
     }
 
-    fn over(engine: Arc<dyn WalEngine>, options: WalOptions) -> Wal {
+    fn over(engine: Arc<dyn WalEngine>, options: WalOptions, pacer: Pacer) -> Wal {
         Wal {
             engine,
             group_bytes_max: options.resolved_group_bytes_max(),
             archive_gate: Arc::default(),
+            pacer,
         }
     }
 
@@ -198,6 +206,7 @@ impl Wal {
     #[tracing::instrument(level = "debug", skip_all, fields(mode = self.mode().name()))]
     pub fn commit_many(&self, records: &[(u16, &[u8])]) -> Result<Range<LogSeq>, WalError> {
         let encoded_bytes = self.checked(records)?;
+        self.pacer.pace_blocking()?;
         self.engine.commit_many(records, encoded_bytes, false)
     }
 
@@ -205,6 +214,7 @@ impl Wal {
     #[tracing::instrument(level = "debug", skip_all, fields(mode = self.mode().name()))]
     pub fn commit_many_durable(&self, records: &[(u16, &[u8])]) -> Result<Range<LogSeq>, WalError> {
         let encoded_bytes = self.checked(records)?;
+        self.pacer.pace_blocking()?;
         self.engine.commit_many(records, encoded_bytes, true)
     }
 

@@ -10,9 +10,10 @@ use proptest::prelude::*;
 use stele::header::HEADER_BYTES;
 use stele::journal::{JournalError, JournalFile, JournalOp, encode_frames, replay};
 use stele::push_log::{PushLog, PushLogError, refs};
-use stele::vfs::{MemVfs, QuotaExceeded, QuotaVfs, Vfs};
+use stele::vfs::{MemVfs, QuotaExceeded, Vfs};
 use stele::wal::segment::replay_segments;
 use stele::wal::{DurabilityPolicy, LogSeq, WalOptions, WalWriteError, WalWriter};
+use stele_host::fs::QuotaVfs;
 use stele_tests::payload;
 
 const SEGMENT: u64 = 16 << 10;
@@ -20,7 +21,9 @@ const SEGMENT: u64 = 16 << 10;
 const CHECKPOINT_ROOM: u64 = 2 * HEADER_BYTES as u64;
 
 fn quota(mem: &MemVfs, disk_bytes_max: u64) -> (Arc<QuotaVfs>, Arc<dyn Vfs>) {
-    let quota = Arc::new(QuotaVfs::new(Arc::new(mem.clone()), disk_bytes_max).expect("walk"));
+    let quota = Arc::new(
+        QuotaVfs::with_disk_bytes_max(Arc::new(mem.clone()), disk_bytes_max).expect("walk"),
+    );
     let vfs: Arc<dyn Vfs> = quota.clone();
     (quota, vfs)
 }
@@ -66,7 +69,7 @@ fn a_segmented_wal_at_its_quota_refuses_the_commit_that_needs_a_segment_and_stay
             Ok(seq) => acked.push((seq.0, record)),
             Err(err) => break err,
         }
-        assert!(quota.usage().used <= limit);
+        assert!(quota.stats().disk_used <= limit);
     };
     let WalWriteError::QuotaExceeded(QuotaExceeded {
         limit: refused_limit,
@@ -112,9 +115,9 @@ fn a_segmented_wal_at_its_quota_refuses_the_commit_that_needs_a_segment_and_stay
         let record = payload(0, acked.len() as u64, 1000);
         let seq = wal.commit_durable(1, &record).expect("room was freed");
         acked.push((seq.0, record));
-        assert!(quota.usage().used <= limit);
+        assert!(quota.stats().disk_used <= limit);
     }
-    assert!(quota.usage().refusals >= 2);
+    assert!(quota.stats().disk_refusals >= 2);
     drop(wal);
 
     // Everything acknowledged after the checkpoint is recovered, in order (truncation keeps
@@ -158,7 +161,7 @@ fn a_single_file_wal_is_refused_before_it_grows_and_a_higher_quota_lets_it_go_on
         len,
         "not a byte written"
     );
-    quota.set_disk_bytes_max(20_000);
+    quota.set_disk_bytes_max(Some(20_000));
     wal.commit_durable(1, &payload(0, acked, 300))
         .expect("the same writer, after the quota was raised");
 }
@@ -183,7 +186,7 @@ fn a_journal_append_and_a_compaction_that_do_not_fit_are_refused_and_leave_the_f
             Ok(()) => acked.push(op),
             Err(err) => break err,
         }
-        assert!(quota.usage().used <= limit);
+        assert!(quota.stats().disk_used <= limit);
     };
     assert!(
         matches!(refusal, JournalError::QuotaExceeded(_)),
@@ -242,7 +245,7 @@ fn a_push_log_at_its_quota_refuses_pushes_and_compaction_typed_and_loses_nothing
             Ok(_) => pushed += 1,
             Err(err) => break err,
         }
-        assert!(quota.usage().used <= limit);
+        assert!(quota.stats().disk_used <= limit);
     };
     assert!(
         matches!(refusal, PushLogError::QuotaExceeded(_)),
@@ -256,10 +259,10 @@ fn a_push_log_at_its_quota_refuses_pushes_and_compaction_typed_and_loses_nothing
 
     // With room for the staged file, the compaction goes through and shrinks the log; pushes
     // go on with the same handle.
-    quota.set_disk_bytes_max(2 * limit);
+    quota.set_disk_bytes_max(Some(2 * limit));
     let report = log.compact().unwrap();
     assert!(report.bytes_after < report.bytes_before, "{report:?}");
-    quota.set_disk_bytes_max(limit);
+    quota.set_disk_bytes_max(Some(limit));
     log.append(&push(pushed, 20)).expect("room was freed");
     pushed += 1;
     let rows: usize = log
@@ -312,11 +315,11 @@ proptest! {
                 }
                 Err(other) => prop_assert!(false, "unexpected {other:?}"),
             }
-            prop_assert!(quota.usage().used <= limit, "{:?}", quota.usage());
+            prop_assert!(quota.stats().disk_used <= limit, "{:?}", quota.stats());
         }
         drop(wal);
         prop_assert!(wal_records(&*vfs, "log") == acked, "recovered other records than acknowledged");
         let (_, recovery) = WalWriter::open_segmented(vfs, "log", options).unwrap();
-        prop_assert!(quota.usage().used <= limit, "{:?} after {recovery:?}", quota.usage());
+        prop_assert!(quota.stats().disk_used <= limit, "{:?} after {recovery:?}", quota.stats());
     }
 }
