@@ -11,7 +11,7 @@ use crate::vfs::ReadyIo;
 
 use super::Component;
 use super::exports::stele::log::journal as wit;
-use super::vfs::{WitVfs, to_wit};
+use super::vfs::{WitVfs, quota_to_wit, to_wit};
 use super::wal::header_error;
 
 pub struct GuestJournal(RefCell<JournalFile<ReadyIo>>);
@@ -44,7 +44,7 @@ pub(crate) fn journal_error(err: JournalError) -> wit::JournalError {
         JournalError::CompactFailed { cause } => E::CompactFailed(to_wit(cause)),
         JournalError::CompactNotDurable { cause } => E::CompactNotDurable(to_wit(cause)),
         JournalError::NoHandle { why } => E::NoHandle(why),
-        err @ JournalError::QuotaExceeded(_) => E::Other(err.to_string()),
+        JournalError::QuotaExceeded(refusal) => E::QuotaExceeded(quota_to_wit(refusal)),
     }
 }
 

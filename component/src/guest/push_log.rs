@@ -12,7 +12,7 @@ use crate::recovery::LogEnd;
 
 use super::Component;
 use super::exports::stele::log::push_log as wit;
-use super::vfs::{WitVfs, to_wit};
+use super::vfs::{WitVfs, quota_to_wit, to_wit};
 use super::wal::header_error;
 
 pub struct GuestLog(PushLog);
@@ -47,7 +47,7 @@ pub(super) fn error(err: PushLogError) -> wit::PushLogError {
         }),
         PushLogError::Arrow(e) => E::Arrow(e.to_string()),
         PushLogError::BadPush(why) => E::Arrow(why),
-        err @ PushLogError::QuotaExceeded(_) => E::Other(err.to_string()),
+        PushLogError::QuotaExceeded(refusal) => E::QuotaExceeded(quota_to_wit(refusal)),
     }
 }
 

@@ -1,6 +1,6 @@
 //! [`WitVfs`]: the engine's `Vfs`, served by the host through the `stele:log/vfs` imports.
 
-use crate::vfs::{OpenMode, SyncKind, Vfs, VfsError, VfsFile, VfsLock};
+use crate::vfs::{OpenMode, SyncKind, Vfs, VfsError, VfsFile, VfsLock, VfsReservation};
 
 use super::stele::log::vfs as wit;
 
@@ -27,7 +27,17 @@ unsafe impl Sync for WitLock {}
 
 impl VfsLock for WitLock {}
 
-crate::vfs_error_wit_conversions!(wit::VfsError);
+/// Room held under the tenant's quota through the host; dropping the handle releases it.
+#[derive(Debug)]
+struct WitReservation(#[allow(dead_code)] wit::Reservation);
+
+// SAFETY: as for `WitFile`.
+unsafe impl Send for WitReservation {}
+unsafe impl Sync for WitReservation {}
+
+impl VfsReservation for WitReservation {}
+
+crate::vfs_error_wit_conversions!(wit::VfsError, wit::QuotaExceeded);
 
 /// The most bytes one `read-at` asks the host for. The host caps reads too; asking for more
 /// than it serves would only be answered short.
@@ -61,6 +71,11 @@ impl VfsFile for WitFile {
 
     fn sync(&self, kind: SyncKind) -> Result<(), VfsError> {
         self.0.sync(wit_sync_kind(kind)).map_err(from_wit)
+    }
+
+    fn reserve(&self, len: u64) -> Result<Box<dyn VfsReservation>, VfsError> {
+        let held = self.0.reserve(len).map_err(from_wit)?;
+        Ok(Box::new(WitReservation(held)))
     }
 }
 
@@ -116,6 +131,11 @@ impl Vfs for WitVfs {
     fn lock_exclusive(&self, path: &str) -> Result<Box<dyn VfsLock>, VfsError> {
         let lock = wit::lock_exclusive(path).map_err(from_wit)?;
         Ok(Box::new(WitLock(lock)))
+    }
+
+    fn reserve(&self, path: &str, len: u64) -> Result<Box<dyn VfsReservation>, VfsError> {
+        let held = wit::reserve(path, len).map_err(from_wit)?;
+        Ok(Box::new(WitReservation(held)))
     }
 }
 

@@ -13,7 +13,7 @@ use crate::wal::{
 
 use super::Component;
 use super::exports::stele::log::wal as wit;
-use super::vfs::{WitVfs, to_wit};
+use super::vfs::{WitVfs, quota_to_wit, to_wit};
 
 pub struct GuestWriter(WalWriter);
 
@@ -72,11 +72,10 @@ pub(crate) fn write_error(err: WalWriteError) -> wit::WalError {
             retained_bytes: retained_bytes as u64,
             retained_bytes_max: retained_bytes_max as u64,
         }),
-        // Until the contract names them, the refusals before staging cross as `other`, which a
-        // peer of this version treats as this call's failure alone: true of both.
-        err @ (WalWriteError::QuotaExceeded(_) | WalWriteError::Unreserved { .. }) => {
-            wit::WalError::Other(err.to_string())
+        WalWriteError::QuotaExceeded(refusal) => {
+            wit::WalError::QuotaExceeded(quota_to_wit(refusal))
         }
+        WalWriteError::Unreserved { cause } => wit::WalError::Unreserved(to_wit(cause)),
     }
 }
 

@@ -75,6 +75,13 @@ pub enum DiskClaim {
     },
 }
 
+/// How far a single-file log reserves ahead of its end: a batch past the room held asks for
+/// its end rounded up to this, so that a sandboxed log crosses to the host to reserve once per
+/// MiB of growth, not once per commit. At the quota's edge, where that is refused, it asks for
+/// its exact end instead. Chosen, not tuned: 1 MiB is a few hundred commits of the sizes a WAL
+/// carries, and a small share of any quota worth setting.
+pub const FILE_RESERVE_AHEAD_BYTES: u64 = 1 << 20;
+
 /// How far ahead of the records a segmented writer writes zeros: a chunk at a time, once the
 /// records come within [`ZERO_FILL_LOW_WATER_BYTES`] of the zeroed frontier. `set_len` leaves
 /// the segment sparse, and on ext4 (measured here, 4 KiB records, one writer) a write into a
@@ -200,10 +207,14 @@ pub struct GroupCommit {
     /// seq order and rotate exactly when the next batch does not fit (see `poll_group`). So the
     /// disk room a batch needs is known before it is visible ([`DiskClaim`]).
     projected_end: u64,
-    /// Room held for staged batches, by the seq that starts the segment (or the batch) it was
-    /// claimed for: released once a group written past that seq has made the file that long,
-    /// or when the writer is dropped.
+    /// Room held for new segments, by the seq that starts the segment it was claimed for:
+    /// released once a group written past that seq has made the segment, or when the writer is
+    /// dropped.
     reservations: VecDeque<(LogSeq, Box<dyn VfsReservation>)>,
+    /// A single-file log's room, held ahead of its end ([`FILE_RESERVE_AHEAD_BYTES`]) up to
+    /// `file_reserved_end`, and replaced by a longer one when a batch needs more.
+    file_reservation: Option<Box<dyn VfsReservation>>,
+    file_reserved_end: u64,
     in_flight: Option<LogSeq>,
     failure: Option<VfsError>,
     leader: bool,
@@ -247,6 +258,8 @@ impl GroupCommit {
             pending_records: 0,
             projected_end: write_offset,
             reservations: VecDeque::new(),
+            file_reservation: None,
+            file_reserved_end: 0,
             in_flight: None,
             failure: None,
             leader: false,
@@ -330,7 +343,7 @@ impl GroupCommit {
     pub fn stage_with(
         &mut self,
         records: &[(u16, &[u8])],
-        reserve: impl FnOnce(DiskClaim) -> Result<Box<dyn VfsReservation>, VfsError>,
+        mut reserve: impl FnMut(DiskClaim) -> Result<Box<dyn VfsReservation>, VfsError>,
     ) -> Result<Range<LogSeq>, WalWriteError> {
         if let Some(cause) = &self.failure {
             return Err(WalWriteError::Poisoned {
@@ -351,13 +364,26 @@ impl GroupCommit {
             });
         }
         let (claim, projected_end) = self.claim_for(start, encoded_bytes as u64);
-        if let Some(claim) = claim {
-            let reservation = reserve(claim).map_err(WalWriteError::unreserved)?;
-            if claim_replaces_earlier(claim) {
-                // A longer single file covers every shorter length held before.
-                self.reservations.clear();
+        match claim {
+            None => {}
+            Some(claim @ DiskClaim::Segment { .. }) => {
+                let reservation = reserve(claim).map_err(WalWriteError::unreserved)?;
+                self.reservations.push_back((start, reservation));
             }
-            self.reservations.push_back((start, reservation));
+            Some(DiskClaim::FileEnd { len }) => {
+                let ahead = len.next_multiple_of(FILE_RESERVE_AHEAD_BYTES);
+                let (reservation, reserved_end) = match reserve(DiskClaim::FileEnd { len: ahead }) {
+                    Ok(reservation) => (reservation, ahead),
+                    Err(VfsError::QuotaExceeded(_)) if ahead > len => (
+                        reserve(DiskClaim::FileEnd { len }).map_err(WalWriteError::unreserved)?,
+                        len,
+                    ),
+                    Err(cause) => return Err(WalWriteError::unreserved(cause)),
+                };
+                // The longer end covers every shorter one held before.
+                self.file_reservation = Some(reservation);
+                self.file_reserved_end = reserved_end;
+            }
         }
         self.projected_end = projected_end;
 
@@ -414,7 +440,8 @@ impl GroupCommit {
             Some(_) => (None, self.projected_end + bytes),
             None => {
                 let len = self.projected_end + bytes;
-                (Some(DiskClaim::FileEnd { len }), len)
+                let claim = (len > self.file_reserved_end).then_some(DiskClaim::FileEnd { len });
+                (claim, len)
             }
         }
     }
@@ -749,6 +776,7 @@ impl GroupCommit {
                 self.failure = Some(cause);
                 // A poisoned writer writes nothing more: the room it held is free.
                 self.reservations.clear();
+                self.file_reservation = None;
             }
         }
     }
@@ -827,12 +855,6 @@ impl GroupCommit {
             ..self.stats.clone()
         }
     }
-}
-
-/// Whether holding `claim` makes the reservations held before it redundant: a single file's
-/// longer end covers its shorter ones.
-fn claim_replaces_earlier(claim: DiskClaim) -> bool {
-    matches!(claim, DiskClaim::FileEnd { .. })
 }
 
 #[cfg(test)]

@@ -16,6 +16,8 @@
 //!   adapter creates the lock file and excludes other holders *within this instance* only. Two
 //!   instances, or another process, writing one log are not stopped here, so a host that runs
 //!   this component must give each log directory to one instance at a time.
+//! - `reserve` is granted and holds nothing: `wasi:filesystem` has no quota to hold room in.
+//!   A disk that fills answers `no-space` to the write itself, as without the adapter.
 
 #![cfg(target_arch = "wasm32")]
 
@@ -99,6 +101,11 @@ impl Drop for AdapterLock {
 
 impl wit::GuestFileLock for AdapterLock {}
 
+/// A reservation of a host without quotas: holds nothing.
+pub struct AdapterReservation;
+
+impl wit::GuestReservation for AdapterReservation {}
+
 impl wit::GuestFile for AdapterFile {
     fn len(&self) -> Result<u64, VfsError> {
         self.0.stat().map(|stat| stat.size).map_err(error)
@@ -154,6 +161,10 @@ impl wit::GuestFile for AdapterFile {
         }
         .map_err(error)
     }
+
+    fn reserve(&self, _len: u64) -> Result<wit::Reservation, VfsError> {
+        Ok(wit::Reservation::new(AdapterReservation))
+    }
 }
 
 fn open_file(root: &Descriptor, path: &str, open: OpenFlags) -> Result<Descriptor, VfsError> {
@@ -169,6 +180,12 @@ fn open_file(root: &Descriptor, path: &str, open: OpenFlags) -> Result<Descripto
 impl wit::Guest for Adapter {
     type File = AdapterFile;
     type FileLock = AdapterLock;
+    type Reservation = AdapterReservation;
+
+    fn reserve(path: String, _len: u64) -> Result<wit::Reservation, VfsError> {
+        check(&path, false)?;
+        Ok(wit::Reservation::new(AdapterReservation))
+    }
 
     fn open(path: String, mode: OpenMode) -> Result<wit::File, VfsError> {
         check(&path, false)?;

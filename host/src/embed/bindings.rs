@@ -4,7 +4,7 @@
 //!
 //! ```ignore
 //! wasmtime::component::bindgen!({
-//!     // A package of the embedder's own whose world imports `stele:log/wal@0.7.0` (as
+//!     // A package of the embedder's own whose world imports `stele:log/wal@0.8.0` (as
 //!     // `host/examples/plugin/wit` does); Stele's `wit/` comes first, so that it resolves.
 //!     world: "my:platform/my-plugin",
 //!     path: ["vendor/stele/wit", "wit"],
@@ -22,7 +22,8 @@
 //! Every `vfs` and `vfs-async` import call runs in a `tracing` span at TRACE level (target
 //! `stele_host::bindings`), with an event for its arguments and one for its result; bytes
 //! (`list<u8>`) show as `...`, paths in full. The `vfs` resources are
-//! [`crate::embed::imports::HostFile`] and [`crate::embed::imports::HostLock`];
+//! [`crate::embed::imports::HostFile`], [`crate::embed::imports::HostLock`] and
+//! [`crate::embed::imports::HostReservation`];
 //! [`crate::add_to_linker_sync`] and [`crate::add_to_linker_async`] link them.
 
 #![allow(missing_docs)] // generated; the WIT's own doc comments come through
@@ -35,6 +36,7 @@ mod generated {
         with: {
             "stele:log/vfs.file": crate::embed::imports::HostFile,
             "stele:log/vfs.file-lock": crate::embed::imports::HostLock,
+            "stele:log/vfs.reservation": crate::embed::imports::HostReservation,
         },
     });
 }

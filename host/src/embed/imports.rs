@@ -37,7 +37,9 @@
 
 use std::sync::Arc;
 
-use stele::vfs::{INLINE_WRITE_BYTES_MAX, OpenMode, SyncKind, Vfs, VfsFile, VfsLock};
+use stele::vfs::{
+    INLINE_WRITE_BYTES_MAX, OpenMode, SyncKind, Vfs, VfsError, VfsFile, VfsLock, VfsReservation,
+};
 use wasmtime::component::{Accessor, HasData, Linker, Resource, ResourceTable};
 
 use crate::embed::bindings::engine_async::stele::log::vfs_async as wit_async;
@@ -53,6 +55,13 @@ pub const READ_BYTES_MAX: u64 = 4 << 20;
 /// descriptors.
 pub const OPEN_FILES_MAX_DEFAULT: usize = 64;
 
+/// Bound on the quota reservations one store may hold at once. Not descriptors, so not counted
+/// against the open-files bound: an engine holds a few (a segmented WAL its checkpoint's room
+/// and one per rotation its staged records need, a single-file log one, an append one while it
+/// writes). The bound only stops a misbehaving guest from filling the host's table; past it,
+/// `reserve` answers `too-many-handles` and the engine refuses that call, typed, unpoisoned.
+pub const RESERVATIONS_MAX: usize = 1024;
+
 /// A file a guest opened. Shared (`Arc`) so that an async import can hand it to another thread
 /// while the guest's other calls keep running.
 pub struct HostFile {
@@ -62,6 +71,12 @@ pub struct HostFile {
 /// A lock a guest holds. Dropping the handle (or the store) releases it.
 pub struct HostLock {
     _lock: Box<dyn VfsLock>,
+}
+
+/// Room a guest holds under its tenant's disk quota ([`Vfs::reserve`]). Dropping the handle
+/// (or the store) releases it.
+pub struct HostReservation {
+    _held: Box<dyn VfsReservation>,
 }
 
 /// Where an async import (`vfs-async`'s `write-at`, `sync`, `sync-dir`) runs its blocking
@@ -86,6 +101,8 @@ pub struct SteleCtx {
     pub(crate) vfs: Arc<dyn Vfs>,
     pub(crate) open_files: usize,
     open_files_max: usize,
+    /// Reservations the guest holds ([`RESERVATIONS_MAX`]).
+    reservations: usize,
     async_io: AsyncIo,
     /// Bumped on every import call (and by Stele's own drivers on every call into the guest):
     /// a busy deadline's sign that the guest is not stuck.
@@ -111,6 +128,7 @@ impl SteleCtx {
             vfs,
             open_files: 0,
             open_files_max: OPEN_FILES_MAX_DEFAULT,
+            reservations: 0,
             async_io: AsyncIo::SpawnBlocking,
             import_calls: 0,
         }
@@ -227,7 +245,7 @@ pub fn add_to_linker_async<T: SteleView + 'static>(linker: &mut Linker<T>) -> wa
     wit_async::add_to_linker::<T, SteleVfs>(linker, T::stele)
 }
 
-stele::vfs_error_wit_conversions!(wit::VfsError);
+stele::vfs_error_wit_conversions!(wit::VfsError, wit::QuotaExceeded);
 
 type Answer<T> = wasmtime::Result<Result<T, wit::VfsError>>;
 
@@ -268,6 +286,12 @@ impl wit::Host for SteleCtxView<'_> {
             }
             Err(e) => Ok(Err(to_wit(e))),
         }
+    }
+
+    fn reserve(&mut self, path: String, len: u64) -> Answer<Resource<HostReservation>> {
+        self.ctx.touch();
+        let held = self.ctx.vfs.reserve(&path, len);
+        self.hold(held)
     }
 
     fn rename(&mut self, source: String, destination: String) -> Answer<()> {
@@ -356,10 +380,46 @@ impl wit::HostFile for SteleCtxView<'_> {
             .map_err(to_wit))
     }
 
+    fn reserve(&mut self, file: Resource<HostFile>, len: u64) -> Answer<Resource<HostReservation>> {
+        self.ctx.touch();
+        let held = self.table.get(&file)?.file.reserve(len);
+        self.hold(held)
+    }
+
     fn drop(&mut self, file: Resource<HostFile>) -> wasmtime::Result<()> {
         self.ctx.touch();
         self.table.delete(file)?;
         self.ctx.open_files -= 1;
+        Ok(())
+    }
+}
+
+impl SteleCtxView<'_> {
+    /// A granted reservation, as a handle the guest holds, within [`RESERVATIONS_MAX`]: past
+    /// it the reservation is released at once and the guest told `too-many-handles`.
+    fn hold(
+        &mut self,
+        held: Result<Box<dyn VfsReservation>, VfsError>,
+    ) -> Answer<Resource<HostReservation>> {
+        if self.ctx.reservations >= RESERVATIONS_MAX {
+            return Ok(Err(wit::VfsError::TooManyHandles));
+        }
+        match held {
+            Ok(held) => {
+                let handle = self.table.push(HostReservation { _held: held })?;
+                self.ctx.reservations += 1;
+                Ok(Ok(handle))
+            }
+            Err(e) => Ok(Err(to_wit(e))),
+        }
+    }
+}
+
+impl wit::HostReservation for SteleCtxView<'_> {
+    fn drop(&mut self, reservation: Resource<HostReservation>) -> wasmtime::Result<()> {
+        self.ctx.touch();
+        self.table.delete(reservation)?;
+        self.ctx.reservations -= 1;
         Ok(())
     }
 }

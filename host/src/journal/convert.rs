@@ -8,7 +8,7 @@ macro_rules! journal_conversions {
         use stele::recovery::LogEnd;
         use $wit as wit;
 
-        use crate::embed::imports::from_wit;
+        use crate::embed::imports::{from_wit, quota_from_wit};
 
         pub(crate) fn from_wit_journal_error(
             err: wit::JournalError,
@@ -45,6 +45,7 @@ macro_rules! journal_conversions {
                     cause: from_wit(cause),
                 },
                 E::NoHandle(why) => JournalError::NoHandle { why },
+                E::QuotaExceeded(refusal) => JournalError::QuotaExceeded(quota_from_wit(refusal)),
                 E::Other(message) => {
                     return crate::sandbox::SandboxError::EngineOther(message).into();
                 }

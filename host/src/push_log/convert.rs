@@ -11,7 +11,7 @@ macro_rules! push_log_conversions {
         use stele::recovery::LogEnd;
         use $wit as wit;
 
-        use crate::embed::imports::from_wit;
+        use crate::embed::imports::{from_wit, quota_from_wit};
         use crate::push_log::error::PushLogCallError;
 
         pub(crate) fn from_wit_push_log_error(err: wit::PushLogError) -> PushLogCallError {
@@ -38,6 +38,7 @@ macro_rules! push_log_conversions {
                     rolled_back: f.rolled_back,
                 },
                 E::Arrow(message) => return PushLogCallError::Arrow(message),
+                E::QuotaExceeded(refusal) => PushLogError::QuotaExceeded(quota_from_wit(refusal)),
                 E::Other(message) => {
                     return crate::sandbox::SandboxError::EngineOther(message).into();
                 }

@@ -13,7 +13,7 @@ macro_rules! wal_conversions {
         };
         use $wit as wit;
 
-        use crate::embed::imports::from_wit;
+        use crate::embed::imports::{from_wit, quota_from_wit};
         use crate::wal::error::WalError;
         use $shared::{from_wit_header, usize_of};
 
@@ -175,6 +175,13 @@ macro_rules! wal_conversions {
                 .into(),
                 E::NotSegmented => WalRetentionError::NotSegmented.into(),
                 E::RetentionIo(e) => WalRetentionError::Io(from_wit(e)).into(),
+                E::QuotaExceeded(refusal) => {
+                    WalWriteError::QuotaExceeded(quota_from_wit(refusal)).into()
+                }
+                E::Unreserved(cause) => WalWriteError::Unreserved {
+                    cause: from_wit(cause),
+                }
+                .into(),
                 E::Other(message) => crate::sandbox::SandboxError::EngineOther(message).into(),
             }
         }
