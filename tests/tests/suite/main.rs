@@ -12,6 +12,7 @@ mod archive;
 mod component;
 mod crash_matrix;
 mod fault_paths;
+mod full_disk;
 mod journal;
 mod journal_crash_matrix;
 mod model;
