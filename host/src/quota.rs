@@ -12,7 +12,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use stele::vfs::{Throttled, Vfs, VfsError};
+use stele::vfs::{QuotaStats, Throttled, Vfs, VfsError};
 
 use crate::fs::QuotaVfs;
 
@@ -59,6 +59,11 @@ impl Pacer {
             // A quota answers only `Throttled`; any other answer is no reason to refuse.
             Err(_) => Ok(Duration::ZERO),
         }
+    }
+
+    /// The quota's figures, when the handle's storage has a quota.
+    pub(crate) fn stats(&self) -> Option<QuotaStats> {
+        self.0.as_ref().and_then(|vfs| vfs.quota_stats())
     }
 
     /// Waits, on this thread, as long as the tenant's rates ask, or refuses.

@@ -137,3 +137,43 @@ pub(crate) fn init_runtime() -> Result<()> {
     Runtime::init(options).context("starting the sandbox runtime")?;
     Ok(())
 }
+
+/// A byte count as the options take it: plain bytes, or with a binary suffix (`64K`, `3M`,
+/// `2G`, `1T`; `KiB`, `MiB`... and `B` accepted).
+pub(crate) fn parse_bytes(text: &str) -> std::result::Result<u64, String> {
+    let text = text.trim();
+    let split = text
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(text.len());
+    let (digits, suffix) = text.split_at(split);
+    let number: u64 = digits
+        .parse()
+        .map_err(|_| format!("{text:?}: not a byte count (say 4096, 64K, 3M or 2G)"))?;
+    let shift = match suffix.trim().to_ascii_uppercase().as_str() {
+        "" | "B" => 0,
+        "K" | "KB" | "KIB" => 10,
+        "M" | "MB" | "MIB" => 20,
+        "G" | "GB" | "GIB" => 30,
+        "T" | "TB" | "TIB" => 40,
+        other => return Err(format!("{text:?}: unknown unit {other:?} (K, M, G or T)")),
+    };
+    number
+        .checked_mul(1 << shift)
+        .ok_or_else(|| format!("{text:?}: too large"))
+}
+
+#[cfg(test)]
+mod byte_count_tests {
+    use super::parse_bytes;
+
+    #[test]
+    fn byte_counts_take_binary_suffixes_and_refuse_the_rest() {
+        assert_eq!(parse_bytes("4096"), Ok(4096));
+        assert_eq!(parse_bytes("64K"), Ok(64 << 10));
+        assert_eq!(parse_bytes("3MiB"), Ok(3 << 20));
+        assert_eq!(parse_bytes("2g"), Ok(2 << 30));
+        assert!(parse_bytes("3X").is_err());
+        assert!(parse_bytes("M").is_err());
+        assert!(parse_bytes("99999999999T").is_err());
+    }
+}

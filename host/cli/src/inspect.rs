@@ -164,14 +164,45 @@ impl Report {
 
 /// `stele inspect`: prints the report; exit 0 once the path could be read at all, whatever
 /// its state (use `verify` to judge).
-pub fn inspect(path: &Path, json: bool) -> Result<ExitCode> {
+pub fn inspect(path: &Path, json: bool, disk_max: Option<u64>) -> Result<ExitCode> {
     let report = examine(path)?;
+    let disk_bytes = disk_bytes(path)?;
     if json {
-        println!("{}", report.json(path));
+        let mut value: serde_json::Value = serde_json::from_str(&report.json(path))?;
+        value["disk_bytes"] = disk_bytes.into();
+        value["disk_bytes_max"] = disk_max.into();
+        println!("{value}");
     } else {
         report.print(path);
+        println!("  disk         {disk_bytes} bytes");
+        if let Some(limit) = disk_max {
+            let verdict = if disk_bytes > limit {
+                "over the quota: only truncation, compaction or removal is granted"
+            } else {
+                "within the quota"
+            };
+            println!(
+                "  quota        {disk_bytes} of {limit} bytes ({:.1}%), {verdict}",
+                disk_bytes as f64 * 100.0 / limit.max(1) as f64
+            );
+        }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// What a disk quota counts for `path`: the logical length of the file, or of every file under
+/// the directory (`stele_host::fs::QuotaVfs` counts the same).
+fn disk_bytes(path: &Path) -> Result<u64> {
+    let meta = std::fs::symlink_metadata(path)
+        .with_context(|| format!("{}: cannot read", path.display()))?;
+    if !meta.is_dir() {
+        return Ok(if meta.is_file() { meta.len() } else { 0 });
+    }
+    let mut total = 0;
+    for entry in std::fs::read_dir(path).with_context(|| format!("{}", path.display()))? {
+        total += disk_bytes(&entry?.path())?;
+    }
+    Ok(total)
 }
 
 /// `stele verify`: exit 0 clean, 1 torn tail, 2 corrupt (or not a Stele log).

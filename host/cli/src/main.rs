@@ -49,6 +49,11 @@ enum Command {
         /// One JSON object instead of text.
         #[arg(long)]
         json: bool,
+        /// A disk quota to hold the path against: prints the bytes its files hold (what a
+        /// quota counts: logical lengths, preallocated space included) against it. Bytes, or
+        /// with a suffix: 64K, 3M, 2G.
+        #[arg(long, value_parser = common::parse_bytes)]
+        disk_max: Option<u64>,
     },
     /// Check any Stele file, or a WAL segment directory, with the engine's own recovery,
     /// without changing it. Exit status: 0 clean; 1 torn tail (a crash cut the last write
@@ -126,7 +131,11 @@ fn main() -> ExitCode {
             });
         }
         Command::Journal(command) => return journal::journal_command(command),
-        Command::Inspect { path, json } => return exit(inspect::inspect(&path, json)),
+        Command::Inspect {
+            path,
+            json,
+            disk_max,
+        } => return exit(inspect::inspect(&path, json, disk_max)),
         Command::Verify { path, json } => return exit(inspect::verify(&path, json)),
         Command::Demo(args) => demo::demo(args),
         Command::Wal(command) => wal::wal_command(command),

@@ -2,6 +2,8 @@
 //! printed once durable; made for crash tests (`host/cli/tests/sigkill.rs`). Optionally
 //! archives beside the writer.
 
+use std::sync::Arc;
+
 use anyhow::{Context, Result, bail};
 use stele::wal::{DurabilityPolicy, WalOptions};
 use stele_host::{Mode, Wal};
@@ -14,19 +16,48 @@ pub(crate) struct SoakArchive<'a> {
     pub(crate) seal_age_max: Option<std::time::Duration>,
 }
 
-pub(crate) fn wal_soak(
-    path: &std::path::Path,
-    segment_bytes: Option<u64>,
-    threads: usize,
-    payload_bytes: usize,
-    count: Option<u64>,
-    mode: Mode,
-    archive: Option<SoakArchive<'_>>,
-) -> Result<()> {
+/// What `stele wal soak` runs: its options, as the command line gave them.
+pub(crate) struct Soak<'a> {
+    /// Segmented with segments of this size, or `None`: one file.
+    pub segment_bytes: Option<u64>,
+    pub threads: usize,
+    pub payload_bytes: usize,
+    /// Stop after this many records.
+    pub count: Option<u64>,
+    pub mode: Mode,
+    pub archive: Option<SoakArchive<'a>>,
+    /// The log's quota (unbounded unless `--disk-max` or a rate is given).
+    pub quota: stele::vfs::QuotaLimits,
+}
+
+pub(crate) fn wal_soak(path: &std::path::Path, soak: Soak<'_>) -> Result<()> {
     use std::io::Write;
     use std::sync::atomic::{AtomicU64, Ordering};
 
-    let (fs, name) = root_and_name(path)?;
+    let Soak {
+        segment_bytes,
+        threads,
+        payload_bytes,
+        count,
+        mode,
+        archive,
+        quota,
+    } = soak;
+
+    let (real_fs, name) = root_and_name(path)?;
+    // Under a quota, the log alone is counted (not whatever else shares its directory).
+    let quota_fs = if quota.is_bounded() {
+        Some(Arc::new(
+            stele_host::fs::QuotaVfs::counting_under(real_fs.clone(), quota, &name)
+                .with_context(|| format!("{}: counting its bytes", path.display()))?,
+        ))
+    } else {
+        None
+    };
+    let fs: Arc<dyn stele::vfs::Vfs> = match &quota_fs {
+        Some(quota_fs) => quota_fs.clone(),
+        None => real_fs.clone(),
+    };
     let options = WalOptions::new(DurabilityPolicy::FullSync)
         .with_retained_bytes_max(0)
         .with_segment_bytes(segment_bytes);
@@ -76,10 +107,15 @@ pub(crate) fn wal_soak(
                         if count.is_some_and(|c| n >= c) {
                             return Ok(());
                         }
-                        let seq = wal.commit_durable(
-                            1,
-                            &demo_payload(t, n as usize, payload_bytes.max(16)),
-                        )?;
+                        let payload = demo_payload(t, n as usize, payload_bytes.max(16));
+                        let seq = loop {
+                            match wal.commit_durable(1, &payload) {
+                                Err(stele_host::WalError::Throttled(throttled)) => {
+                                    std::thread::sleep(throttled.retry_after)
+                                }
+                                outcome => break outcome?,
+                            }
+                        };
                         let mut out = stdout
                             .lock()
                             .unwrap_or_else(std::sync::PoisonError::into_inner);
@@ -124,6 +160,21 @@ pub(crate) fn wal_soak(
         }
         outcome
     });
+    if let Some(quota_fs) = &quota_fs {
+        let stats = quota_fs.stats();
+        eprintln!(
+            "quota: {} of {} bytes used, {} syncs, {} refused for disk, {} waits and {} refusals \
+             for rate",
+            stats.disk_used,
+            stats
+                .disk_limit
+                .map_or_else(|| "unbounded".to_owned(), |limit| limit.to_string()),
+            stats.syncs,
+            stats.disk_refusals,
+            stats.throttled,
+            stats.throttle_refusals
+        );
+    }
     if let Some(archiver) = archiver {
         // A clean exit ships the active segment too: everything acknowledged is archived.
         let (archiver, shipped) = archiver.close();

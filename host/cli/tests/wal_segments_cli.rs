@@ -108,3 +108,61 @@ fn convert_then_list_segments_and_append() {
     assert!(!ok && out.starts_with("stele: segs"), "{out}");
     assert!(!out.contains("panicked"), "{out}");
 }
+
+/// `stele wal soak --disk-max` stops at the quota with the typed refusal, every acknowledged
+/// seq is in the log, the files hold no more than the quota, and `stele inspect --disk-max`
+/// reports the bytes against it.
+#[test]
+fn soak_under_a_disk_quota_stops_typed_and_inspect_reports_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = common::stele_run(
+        Some(dir.path()),
+        &[
+            "wal",
+            "soak",
+            "log",
+            "--segment-bytes",
+            "65536",
+            "--disk-max",
+            "200K",
+            "--threads",
+            "2",
+            "--count",
+            "100000",
+        ],
+    );
+    assert_eq!(run.code, Some(1), "{}", run.stderr);
+    assert!(
+        run.stderr
+            .contains("disk quota exceeded: 65536 more bytes requested"),
+        "{}",
+        run.stderr
+    );
+    let acked: Vec<u64> = run
+        .stdout
+        .lines()
+        .filter_map(|l| l.strip_prefix("ack ")?.parse().ok())
+        .collect();
+    assert!(acked.len() > 1000, "{} acknowledged", acked.len());
+    let vfs: Arc<dyn Vfs> = Arc::new(RealFs::open_root(dir.path()).unwrap());
+    let seqs: std::collections::HashSet<u64> = read_all(vfs, "log")
+        .into_iter()
+        .map(|(seq, _, _)| seq)
+        .collect();
+    assert!(
+        acked.iter().all(|seq| seqs.contains(seq)),
+        "an acknowledged seq is missing"
+    );
+    let on_disk: u64 = std::fs::read_dir(dir.path().join("log"))
+        .unwrap()
+        .map(|e| e.unwrap().metadata().unwrap().len())
+        .sum();
+    assert!(on_disk <= 200 << 10, "{on_disk} bytes on disk");
+
+    let (ok, out) = stele(dir.path(), &["inspect", "log", "--disk-max", "200K"]);
+    assert!(ok, "{out}");
+    assert!(
+        out.contains(&format!("quota        {on_disk} of 204800 bytes")),
+        "{out}"
+    );
+}

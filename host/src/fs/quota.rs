@@ -93,8 +93,30 @@ impl QuotaVfs {
     /// # Errors
     /// A listing or opening error of the walk.
     pub fn new(inner: Arc<dyn Vfs>, limits: QuotaLimits) -> Result<QuotaVfs, VfsError> {
+        Self::counting_under(inner, limits, "")
+    }
+
+    /// [`Self::new`], counting at first only what is under `under` (a file or a directory of
+    /// `inner`; `""` is the root): for one log in a directory that holds other things (the
+    /// CLI's `--disk-max`). Files created later anywhere are counted as they are opened.
+    ///
+    /// # Errors
+    /// As [`Self::new`].
+    pub fn counting_under(
+        inner: Arc<dyn Vfs>,
+        limits: QuotaLimits,
+        under: &str,
+    ) -> Result<QuotaVfs, VfsError> {
         let mut ledger = DiskLedger::new(limits.disk_bytes_max.unwrap_or(u64::MAX));
-        walk(&*inner, "", 0, &mut ledger)?;
+        if under.is_empty() {
+            walk(&*inner, "", 0, &mut ledger)?;
+        } else {
+            match inner.open(under, OpenMode::Existing) {
+                Ok(file) => ledger.adopt(under, file.len()?),
+                Err(VfsError::NotFound) => {}
+                Err(_) => walk(&*inner, under, 1, &mut ledger)?,
+            }
+        }
         let bucket = |rate: Option<u64>| rate.map(|rate| TokenBucket::new(rate, Duration::ZERO));
         Ok(QuotaVfs {
             inner,

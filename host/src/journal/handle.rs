@@ -81,6 +81,12 @@ impl Journal {
         self.mode
     }
 
+    /// The quota's figures when the journal's storage has one; see
+    /// [`crate::Wal::quota_stats`].
+    pub fn quota_stats(&self) -> Option<stele::vfs::QuotaStats> {
+        self.pacer.stats()
+    }
+
     /// Appends whole op frames ([`stele::journal::encode_frames`]) and makes them durable; see
     /// [`stele::journal::JournalFile::append`]. `buf` comes back with the same allocation and contents, on
     /// success and on error alike.

@@ -94,6 +94,11 @@ impl PushLog {
         self.mode
     }
 
+    /// The quota's figures when the log's storage has one; see [`crate::Wal::quota_stats`].
+    pub fn quota_stats(&self) -> Option<stele::vfs::QuotaStats> {
+        self.pacer.stats()
+    }
+
     /// The schema every batch of this log has.
     pub fn schema(&self) -> &SchemaRef {
         &self.schema

@@ -256,6 +256,14 @@ impl Wal {
         self.engine.stats()
     }
 
+    /// The quota's figures (disk bytes used against the bound, syncs, bytes written, times
+    /// throttled and refused) when the log's storage has one: its own
+    /// ([`SandboxLimits::quota`]) or the tenant's ([`crate::fs::QuotaVfs`]), which counts all
+    /// the tenant's logs.
+    pub fn quota_stats(&self) -> Option<stele::vfs::QuotaStats> {
+        self.pacer.stats()
+    }
+
     /// See [`WalWriter::checkpoint`]: on `Ok` the checkpoint survives power loss, whatever the
     /// policy, in every mode.
     #[tracing::instrument(level = "info", skip_all, fields(mode = self.mode().name()))]

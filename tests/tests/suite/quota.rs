@@ -368,6 +368,12 @@ mod typed {
             .sum();
         assert!(on_disk <= limit, "{on_disk} bytes on disk, quota {limit}");
         wal.flush().expect("not poisoned");
+        let stats = wal.quota_stats().expect("a quota");
+        assert_eq!(stats.disk_limit, Some(limit));
+        assert!(
+            stats.disk_refusals >= 1 && stats.disk_used <= limit,
+            "{stats:?}"
+        );
         let through = acked[acked.len() / 2];
         wal.checkpoint(through).unwrap();
         wal.truncate_through(through).unwrap();

@@ -9,7 +9,7 @@ use clap::Subcommand;
 use stele_host::Mode;
 
 use crate::common::{ModeArg, preview};
-use crate::soak::{SoakArchive, wal_soak};
+use crate::soak::{Soak, SoakArchive, wal_soak};
 
 pub(crate) mod records;
 mod segments;
@@ -54,6 +54,18 @@ pub(crate) enum WalCommand {
         /// are archived).
         #[arg(long, default_value_t = stele_archive::SEAL_AGE_MAX_DEFAULT.as_millis() as u64)]
         seal_age_max_ms: u64,
+        /// Bound the bytes the log's files hold (preallocated segments count in full): a
+        /// commit that would pass it is refused, typed, before anything of it is written, and
+        /// the soak stops there. Bytes, or with a suffix: 64K, 3M, 2G.
+        #[arg(long, value_parser = crate::common::parse_bytes)]
+        disk_max: Option<u64>,
+        /// Bound the log's syncs per second: commits past it wait (up to 100 ms), then are
+        /// refused with how long to wait, and the soak retries them after that.
+        #[arg(long)]
+        syncs_per_second_max: Option<u64>,
+        /// Bound the bytes written per second, as --syncs-per-second-max does syncs.
+        #[arg(long, value_parser = crate::common::parse_bytes)]
+        write_bytes_per_second_max: Option<u64>,
     },
     /// Print every valid record of a WAL (a file or a segment directory), then how its valid
     /// prefix ended.
@@ -172,18 +184,29 @@ pub(crate) fn wal_command(command: WalCommand) -> Result<()> {
             mode,
             archive,
             seal_age_max_ms,
+            disk_max,
+            syncs_per_second_max,
+            write_bytes_per_second_max,
         } => wal_soak(
             &path,
-            (!single_file).then_some(segment_bytes),
-            threads,
-            payload_bytes,
-            count,
-            mode.into(),
-            archive.as_deref().map(|url| SoakArchive {
-                url,
-                seal_age_max: (seal_age_max_ms > 0)
-                    .then(|| std::time::Duration::from_millis(seal_age_max_ms)),
-            }),
+            Soak {
+                segment_bytes: (!single_file).then_some(segment_bytes),
+                threads,
+                payload_bytes,
+                count,
+                mode: mode.into(),
+                archive: archive.as_deref().map(|url| SoakArchive {
+                    url,
+                    seal_age_max: (seal_age_max_ms > 0)
+                        .then(|| std::time::Duration::from_millis(seal_age_max_ms)),
+                }),
+                quota: stele::vfs::QuotaLimits {
+                    disk_bytes_max: disk_max,
+                    syncs_per_second_max,
+                    write_bytes_per_second_max,
+                    ..stele::vfs::QuotaLimits::unbounded()
+                },
+            },
         ),
     }
 }
