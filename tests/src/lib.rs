@@ -11,6 +11,11 @@ pub mod nested_cargo;
 #[doc = include_str!("../../docs/EMBEDDING.md")]
 pub mod embedding_guide {}
 
+/// `docs/QUOTAS.md`, run the same way.
+#[cfg(doctest)]
+#[doc = include_str!("../../docs/QUOTAS.md")]
+pub mod quotas_guide {}
+
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
