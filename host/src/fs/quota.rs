@@ -71,6 +71,8 @@ pub struct QuotaVfs {
     /// The rates' clock: buckets take time since this.
     started: Instant,
     throttle_delay_max: Duration,
+    /// Whether any rate is set (fixed at construction): without one, no clock is read.
+    has_rates: bool,
 }
 
 impl fmt::Debug for QuotaVfs {
@@ -131,6 +133,8 @@ impl QuotaVfs {
             })),
             started: Instant::now(),
             throttle_delay_max: limits.throttle_delay_max,
+            has_rates: limits.syncs_per_second_max.is_some()
+                || limits.write_bytes_per_second_max.is_some(),
         })
     }
 
@@ -169,34 +173,52 @@ impl QuotaVfs {
         self.started.elapsed()
     }
 
-    /// Charges `units` to the bucket `pick` chooses, and sleeps while the tenant's debt there is
-    /// past the delay bound: a caller that did not ask [`Vfs::throttle_wait`] is slowed down
-    /// to the rate (see the module doc).
-    fn charge(&self, units: u64, pick: fn(&mut Shared) -> Option<&mut TokenBucket>) {
-        let now = self.now();
-        let overdue = {
-            let mut shared = lock(&self.ledger);
-            let Some(bucket) = pick(&mut shared) else {
-                return;
-            };
-            let overdue = bucket.wait(now).saturating_sub(self.throttle_delay_max);
-            bucket.charge(units, now);
-            shared.stats.throttled_time += overdue;
-            overdue
+    /// Under the quota's one lock: `grant` (a growth's check, or nothing), then the counters,
+    /// then `units` charged to the bucket `pick` chooses. Returns how long the caller must
+    /// sleep (after the lock is released): while the tenant's debt there is past the delay
+    /// bound, a caller that did not ask [`Vfs::throttle_wait`] is slowed down to the rate (see
+    /// the module doc). The clock is read only when the balance does not cover the charge
+    /// ([`TokenBucket::charge_if_covered`]). One lock per call, because this is on every write
+    /// and sync of every tenant.
+    fn account(
+        &self,
+        grant: impl FnOnce(&mut DiskLedger) -> Result<(), QuotaExceeded>,
+        count: impl FnOnce(&mut QuotaStats),
+        units: u64,
+        pick: fn(&mut Shared) -> Option<&mut TokenBucket>,
+    ) -> Result<Duration, VfsError> {
+        let mut shared = lock(&self.ledger);
+        if let Err(refusal) = grant(&mut shared.ledger) {
+            return Err(shared.refused(refusal));
+        }
+        count(&mut shared.stats);
+        let Some(bucket) = pick(&mut shared) else {
+            return Ok(Duration::ZERO);
         };
+        if bucket.charge_if_covered(units) {
+            return Ok(Duration::ZERO);
+        }
+        let now = self.now();
+        let overdue = bucket.wait(now).saturating_sub(self.throttle_delay_max);
+        bucket.charge(units, now);
+        shared.stats.throttled_time += overdue;
+        Ok(overdue)
+    }
+
+    fn sleep(overdue: Duration) {
         if !overdue.is_zero() {
             std::thread::sleep(overdue);
         }
     }
 
     fn charge_sync(&self) {
-        lock(&self.ledger).stats.syncs += 1;
-        self.charge(1, |shared| shared.syncs.as_mut());
-    }
-
-    fn charge_write(&self, bytes: u64) {
-        lock(&self.ledger).stats.write_bytes += bytes;
-        self.charge(bytes, |shared| shared.write_bytes.as_mut());
+        let overdue = self.account(
+            |_| Ok(()),
+            |stats| stats.syncs += 1,
+            1,
+            |shared| shared.syncs.as_mut(),
+        );
+        Self::sleep(overdue.unwrap_or_default());
     }
 }
 
@@ -291,9 +313,18 @@ impl Vfs for QuotaVfs {
     }
 
     fn throttle_wait(&self) -> Result<Duration, VfsError> {
-        let now = self.now();
+        if !self.has_rates {
+            return Ok(Duration::ZERO);
+        }
         let mut shared = lock(&self.ledger);
         let shared = &mut *shared;
+        let in_debt =
+            |bucket: &Option<TokenBucket>| bucket.as_ref().is_some_and(TokenBucket::in_debt);
+        if !in_debt(&shared.syncs) && !in_debt(&shared.write_bytes) {
+            // Time only adds to a balance: no debt now means no wait, without a clock.
+            return Ok(Duration::ZERO);
+        }
+        let now = self.now();
         let wait = [shared.syncs.as_mut(), shared.write_bytes.as_mut()]
             .into_iter()
             .flatten()
@@ -366,8 +397,14 @@ impl VfsFile for QuotaFile {
 
     fn write_at(&self, offset: u64, data: &[u8]) -> Result<(), VfsError> {
         let end = offset.saturating_add(data.len() as u64);
-        self.grant(|ledger| ledger.extend_to(&self.path, end))?;
-        self.quota.charge_write(data.len() as u64);
+        let bytes = data.len() as u64;
+        let overdue = self.quota.account(
+            |ledger| ledger.extend_to(&self.path, end),
+            |stats| stats.write_bytes += bytes,
+            bytes,
+            |shared| shared.write_bytes.as_mut(),
+        )?;
+        QuotaVfs::sleep(overdue);
         self.inner
             .write_at(offset, data)
             .inspect_err(|_| self.recount())

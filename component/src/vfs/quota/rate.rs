@@ -48,10 +48,34 @@ impl TokenBucket {
         }
     }
 
+    /// Charges `units` without a clock when the balance covers them, and says whether it did.
+    /// The time since the last refill is credited at the next one (capped at the capacity as
+    /// always), so deferring it grants nothing a refill now would not have, except after an
+    /// idle spell: the bucket was full, its idle time is still banked, and the refill that
+    /// follows the burst fills it again, so an idle tenant's burst is at most two
+    /// [`BURST_WINDOW`]s. This keeps the clock off the path of a tenant far below its rate,
+    /// which is every write of a tenant whose limits are set high.
+    pub fn charge_if_covered(&mut self, units: u64) -> bool {
+        let units = units as f64;
+        if self.balance >= units {
+            self.balance -= units;
+            true
+        } else {
+            false
+        }
+    }
+
     /// Charges `units` done at `now`; the balance may go below zero.
     pub fn charge(&mut self, units: u64, now: Duration) {
         self.refill(now);
         self.balance -= units as f64;
+    }
+
+    /// Whether the balance was below zero when last brought up to date. A bucket not in debt
+    /// owes no wait whatever the time (time only adds to the balance), so a caller can answer
+    /// "no wait" without reading a clock.
+    pub fn in_debt(&self) -> bool {
+        self.balance < 0.0
     }
 
     /// How long from `now` until the balance is back at zero: zero when it is not in debt.
@@ -107,6 +131,40 @@ mod tests {
         }
         let rate = calls as f64 / 4.0;
         assert!((rate - 500.0).abs() <= 500.0 * 0.05, "{rate} per second");
+    }
+
+    #[test]
+    fn charges_a_balance_covers_need_no_clock_and_the_rate_still_holds() {
+        // A paced caller that charges without a clock whenever the balance covers it.
+        let mut bucket = TokenBucket::new(500, Duration::ZERO);
+        let mut now = Duration::ZERO;
+        let mut calls = 0u64;
+        while now < Duration::from_secs(4) {
+            if !bucket.charge_if_covered(1) {
+                now += bucket.wait(now);
+                bucket.charge(1, now);
+            }
+            calls += 1;
+        }
+        let rate = calls as f64 / 4.0;
+        assert!((rate - 500.0).abs() <= 500.0 * 0.05, "{rate} per second");
+        // After an idle hour: at most two bursts (100 ms each) before the rate applies.
+        let idle_end = now + Duration::from_secs(3_600);
+        let mut burst = 0;
+        loop {
+            if bucket.charge_if_covered(1) {
+                burst += 1;
+            } else if bucket.wait(idle_end).is_zero() {
+                bucket.charge(1, idle_end);
+                burst += 1;
+            } else {
+                break;
+            }
+        }
+        assert!(
+            burst <= 2 * 50 + 1,
+            "{burst} calls at once after an idle hour"
+        );
     }
 
     #[test]

@@ -80,6 +80,9 @@ pub enum Workload {
     /// Many logs in one process (a process per row): open latency, RSS, threads, file
     /// descriptors and address space per log, and durable commits round-robin across them.
     Tenants,
+    /// Per-tenant quotas: commits with every limit set far away against none (the
+    /// accounting's cost), and a tenant capped at 500 syncs/s (the throttle's accuracy).
+    Quota,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq)]

@@ -15,6 +15,7 @@ use stele_host::{Mode, Wal};
 
 mod archive;
 mod common;
+mod quota;
 mod sandbox;
 mod tenants;
 
@@ -392,6 +393,10 @@ pub fn run(dir: &Path, args: &BenchArgs) -> Result<()> {
     if args.workloads.contains(&Workload::Archive) {
         progress().set_message("archive");
         archive::archive_table(dir, args, json.as_mut())?;
+    }
+    if args.workloads.contains(&Workload::Quota) {
+        progress().set_message("quota");
+        quota::quota_tables(dir, args)?;
     }
     if args.workloads.contains(&Workload::Tenants) {
         progress().set_message("tenants");
