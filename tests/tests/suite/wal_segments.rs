@@ -13,7 +13,7 @@ use stele::wal::{
     DurabilityPolicy, LogEnd, LogSeq, WalOpenError, WalOptions, WalRetentionError, WalWriteError,
     WalWriter,
 };
-use stele_host::fs::{CrashPlan, FaultFs, FaultRule, OpKind};
+use stele_host::fs::{CrashPlan, FaultFs, FaultRule, OpKind, QuotaVfs};
 use stele_tests::crash::{CrashWorkload, SplitMix, explore, explore_fault_schedule, fault_suffix};
 use stele_tests::{ci_line, op_of, payload, payload_id};
 
@@ -350,6 +350,9 @@ struct SegmentWorkload {
     /// Injected into the run: a commit that fails is not acknowledged and its thread stops
     /// for the phase; the next phase reopens the log (a poisoned writer accepts nothing more).
     faults: Vec<FaultRule>,
+    /// Runs the log under a disk quota of this many bytes ([`QuotaVfs`]): commits past it are
+    /// refused (never acknowledged, never written), and every crash state must hold no more.
+    disk_bytes_max: Option<u64>,
 }
 
 #[derive(Default)]
@@ -359,6 +362,8 @@ struct SegmentOracle {
     acks: Vec<(usize, Id, u64)>,
     /// (boundary at which `checkpoint` returned, the checkpointed seq).
     checkpoint: Option<(usize, u64)>,
+    /// Commits the quota refused.
+    refusals: u64,
 }
 
 impl CrashWorkload for SegmentWorkload {
@@ -366,10 +371,12 @@ impl CrashWorkload for SegmentWorkload {
 
     fn name(&self) -> String {
         format!(
-            "wal-segments-{:?}-seed{}{}",
+            "wal-segments-{:?}-seed{}{}{}",
             self.policy,
             self.seed,
-            fault_suffix(&self.faults)
+            fault_suffix(&self.faults),
+            self.disk_bytes_max
+                .map_or(String::new(), |max| format!("-quota{max}"))
         )
         .to_lowercase()
     }
@@ -380,7 +387,12 @@ impl CrashWorkload for SegmentWorkload {
 
     fn run(&self, fs: &FaultFs) -> SegmentOracle {
         let oracle = Mutex::new(SegmentOracle::default());
-        let vfs: Arc<dyn Vfs> = Arc::new(fs.clone());
+        let vfs: Arc<dyn Vfs> = match self.disk_bytes_max {
+            Some(max) => {
+                Arc::new(QuotaVfs::with_disk_bytes_max(Arc::new(fs.clone()), max).expect("quota"))
+            }
+            None => Arc::new(fs.clone()),
+        };
         let faulty = !self.faults.is_empty();
         for phase in 0..2u64 {
             let open = || WalWriter::open_segmented(vfs.clone(), DIR, options(self.policy));
@@ -405,6 +417,15 @@ impl CrashWorkload for SegmentWorkload {
                                 .insert(id, (op_of(id), p.clone()));
                             let seq = match writer.commit_durable(op_of(id), &p) {
                                 Ok(seq) => seq,
+                                Err(WalWriteError::QuotaExceeded(_))
+                                    if self.disk_bytes_max.is_some() =>
+                                {
+                                    // Refused before anything was written: it must never
+                                    // appear in any crash state.
+                                    oracle.lock().unwrap().committed.remove(&id);
+                                    oracle.lock().unwrap().refusals += 1;
+                                    continue;
+                                }
                                 Err(_) if faulty => return,
                                 Err(e) => panic!("commit: {e}"),
                             };
@@ -443,6 +464,19 @@ impl CrashWorkload for SegmentWorkload {
         boundary: usize,
     ) -> Result<(), String> {
         let vfs: Arc<dyn Vfs> = Arc::new(crashed.clone());
+        if let Some(max) = self.disk_bytes_max {
+            // What the crash left: never more than the quota, whatever was in flight.
+            let held: u64 = vfs
+                .list(DIR)
+                .map_err(|e| format!("list: {e}"))?
+                .iter()
+                .filter_map(|name| vfs.open(&format!("{DIR}/{name}"), OpenMode::Existing).ok())
+                .map(|file| file.len().unwrap_or(0))
+                .sum();
+            if held > max {
+                return Err(format!("{held} bytes on disk after the crash, quota {max}"));
+            }
+        }
         let (wal, found) = WalWriter::open_segmented(vfs.clone(), DIR, options(self.policy))
             .map_err(|e| format!("recovery failed: {e}"))?;
         let recovered_checkpoint = found.checkpoint.map(|c| c.0);
@@ -528,6 +562,7 @@ fn segment_crash_matrix_has_no_violations() {
             writers: 3,
             records_per_writer_per_phase: 60,
             faults: Vec::new(),
+            disk_bytes_max: None,
         };
         let (r, _, _) = explore(&workload);
         r.print();
@@ -541,6 +576,39 @@ fn segment_crash_matrix_has_no_violations() {
     }
     ci_line(&format!(
         "crash-matrix: wal-segments total states={total} violations=0"
+    ));
+}
+
+/// The matrix at the quota: three writers commit into 4 KiB segments under a quota of six
+/// segments (and the checkpoint's room), so that dozens of commits are refused in each phase,
+/// and the checkpoint and truncation between the phases free room for the second. A crash at
+/// every operation loses nothing acknowledged, no refused record ever appears, and no crash
+/// state holds more than the quota.
+#[test]
+fn segment_crash_matrix_at_the_quota_has_no_violations() {
+    let mut total = 0;
+    for seed in [21, 22, 23, 24] {
+        let workload = SegmentWorkload {
+            policy: DurabilityPolicy::FullSync,
+            seed,
+            writers: 3,
+            records_per_writer_per_phase: 40,
+            faults: Vec::new(),
+            disk_bytes_max: Some(6 * SEGMENT + 2 * HEADER_BYTES as u64),
+        };
+        let (r, _, oracle) = explore(&workload);
+        r.print();
+        assert!(
+            r.violations.is_empty(),
+            "{} violations in {}",
+            r.violations.len(),
+            r.name
+        );
+        assert!(oracle.refusals > 10, "only {} refusals", oracle.refusals);
+        total += r.states;
+    }
+    ci_line(&format!(
+        "crash-matrix: wal-segments at the quota total states={total} violations=0"
     ));
 }
 
@@ -560,6 +628,7 @@ fn segment_crash_matrix_with_a_failed_dir_sync_or_rename_has_no_violations() {
             writers: 2,
             records_per_writer_per_phase: 25,
             faults,
+            disk_bytes_max: None,
         },
     );
     assert!(runs >= 6, "{runs} faulted runs");
@@ -712,6 +781,7 @@ fn sandboxed_recovery_of_segment_crash_states_matches_native() {
         writers: 2,
         records_per_writer_per_phase: 30,
         faults: Vec::new(),
+        disk_bytes_max: None,
     };
     let (r, fs, oracle) = explore(&workload);
     assert!(r.violations.is_empty(), "{:?}", &r.violations[..1]);
