@@ -121,6 +121,7 @@ impl TenantJournal {
         bytes: usize,
         f: impl AsyncFnOnce(&mut Journal) -> Result<T, JournalError>,
     ) -> Result<T, TenantsError> {
+        let started = std::time::Instant::now();
         let mut journal = self.slot.journal.lock().await;
         if journal.is_none() {
             let vfs = self.directory(true).await?;
@@ -140,9 +141,7 @@ impl TenantJournal {
         let result = f(journal.as_mut().expect("opened above"))
             .await
             .map_err(|source| self.journal_error(source));
-        if result.is_ok() {
-            self.slot.tenant.count(true, bytes);
-        }
+        (self.slot.tenant).count(result.is_ok(), true, bytes, started.elapsed());
         self.slot
             .tenant
             .touch(&self.slot.last_used_ms, self.registry.now_ms());

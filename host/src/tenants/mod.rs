@@ -60,6 +60,7 @@ use crate::sandbox::SandboxLimits;
 use crate::wal::{Wal, WalError};
 
 mod journal;
+mod metrics;
 mod push_log;
 mod slot;
 mod wal;
@@ -328,6 +329,8 @@ impl Tenants {
 
     /// A registry over the root of `vfs` (a [`crate::fs::FaultFs`] in tests).
     pub fn on_vfs(vfs: Arc<dyn Vfs>, options: TenantsOptions) -> Result<Tenants, TenantsError> {
+        metrics::describe();
+        crate::fs::QuotaVfs::describe_metrics();
         let root_lock = vfs.lock_exclusive(ROOT_LOCK_NAME).map_err(|e| match e {
             VfsError::Locked(why) => TenantsError::RootLocked(why),
             other => TenantsError::Root(other),
@@ -561,7 +564,9 @@ impl Registry {
             return Ok(vfs);
         }
         // Two first opens of one tenant's logs may race here: one quota wins, and both use it.
-        let made = QuotaVfs::new(vfs, self.options.limits.quota).map_err(TenantsError::Root)?;
+        let made = QuotaVfs::new(vfs, self.options.limits.quota)
+            .map_err(TenantsError::Root)?
+            .with_metrics(name);
         Ok(Arc::new(tenant.quota.get_or_init(|| made).clone()))
     }
 
@@ -578,6 +583,7 @@ impl Registry {
         tenant
             .opens
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        tenant.metrics().resumes.increment(1);
         lock(&self.open).push(resident);
     }
 
@@ -586,6 +592,7 @@ impl Registry {
         tenant
             .hibernations
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        tenant.metrics().hibernations.increment(1);
         let gone = address(resident);
         lock(&self.open).retain(|open| address(&**open) != gone);
     }

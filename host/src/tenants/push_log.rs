@@ -1,6 +1,7 @@
 //! [`TenantPushLog`]: a tenant's push log, `t/push.log`, through the registry.
 
 use std::sync::Arc;
+use std::time::Instant;
 
 use arrow_array::RecordBatch;
 use arrow_schema::SchemaRef;
@@ -62,14 +63,13 @@ impl TenantPushLog {
         bytes: usize,
         f: impl FnOnce(&PushLog) -> Result<T, PushLogCallError>,
     ) -> Result<T, TenantsError> {
+        let started = Instant::now();
         let guard = self.slot.enter(&self.registry)?;
         let result = f(&guard.handle).map_err(|source| TenantsError::PushLog {
             tenant: self.tenant().to_owned(),
             source,
         });
-        if result.is_ok() {
-            self.slot.tenant.count(durable, bytes);
-        }
+        (self.slot.tenant).count(result.is_ok(), durable, bytes, started.elapsed());
         result
     }
 

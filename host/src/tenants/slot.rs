@@ -6,9 +6,11 @@
 
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError, TryLockError};
+use std::time::Duration;
 
 use stele::vfs::Vfs;
 
+use super::metrics::TenantMetrics;
 use crate::fs::QuotaVfs;
 
 use super::{Registry, TenantsError, TenantsOptions};
@@ -28,6 +30,8 @@ pub(super) struct Tenant {
     /// hibernation dropped the log, so `opens > hibernations` exactly while one is open.
     pub(super) opens: AtomicU64,
     pub(super) hibernations: AtomicU64,
+    /// Its `metrics` handles, made at its first call ([`super::metrics`]).
+    metrics: OnceLock<Box<TenantMetrics>>,
     /// Its quota, shared by all its logs, made at the first open when the registry's options
     /// bound one ([`super::TenantsOptions::limits`]) and kept across hibernations, so that its
     /// figures and its rates' debt outlive any one open log.
@@ -45,6 +49,7 @@ impl Tenant {
             opens: AtomicU64::new(0),
             hibernations: AtomicU64::new(0),
             quota: OnceLock::new(),
+            metrics: OnceLock::new(),
         }
     }
 
@@ -54,8 +59,19 @@ impl Tenant {
         self.last_used_ms.store(now_ms, Ordering::Relaxed);
     }
 
-    /// Counts one successful call.
-    pub(super) fn count(&self, durable: bool, bytes: usize) {
+    /// Its `metrics` handles.
+    pub(super) fn metrics(&self) -> &TenantMetrics {
+        self.metrics
+            .get_or_init(|| Box::new(TenantMetrics::new(&self.name)))
+    }
+
+    /// Counts one call that ended after `elapsed` (its bytes and durability if it succeeded),
+    /// in the tenant's figures and its metrics.
+    pub(super) fn count(&self, ok: bool, durable: bool, bytes: usize, elapsed: Duration) {
+        self.metrics().call(ok, durable, bytes, elapsed);
+        if !ok {
+            return;
+        }
         self.bytes.fetch_add(bytes as u64, Ordering::Relaxed);
         if durable {
             self.durable_calls.fetch_add(1, Ordering::Relaxed);

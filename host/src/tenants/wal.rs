@@ -2,6 +2,7 @@
 
 use std::ops::Range;
 use std::sync::Arc;
+use std::time::Instant;
 
 use stele::wal::LogSeq;
 
@@ -55,11 +56,10 @@ impl TenantWal {
         bytes: usize,
         f: impl FnOnce(&Wal) -> Result<T, WalError>,
     ) -> Result<T, TenantsError> {
+        let started = Instant::now();
         let guard: InFlight<'_, Wal> = self.slot.enter(&self.registry)?;
         let result = f(&guard.handle).map_err(|source| wal_error(self.tenant(), source));
-        if result.is_ok() {
-            self.slot.tenant.count(durable, bytes);
-        }
+        (self.slot.tenant).count(result.is_ok(), durable, bytes, started.elapsed());
         result
     }
 

@@ -402,6 +402,7 @@ pub fn run(dir: &Path, args: &BenchArgs) -> Result<()> {
         progress().set_message("tenants");
         tenants::tenants_table(dir, &args.tenants)?;
         tenants::registered_table(dir, &args.tenants_registered)?;
+        tenants::prometheus_sample(dir)?;
     }
     progress().finish_and_clear();
     Ok(())
