@@ -470,14 +470,6 @@ impl QuotaFile {
             lock(&self.quota.ledger).ledger.adopt(&self.path, len);
         }
     }
-
-    fn grant(
-        &self,
-        change: impl FnOnce(&mut DiskLedger) -> Result<(), QuotaExceeded>,
-    ) -> Result<(), VfsError> {
-        let mut shared = lock(&self.quota.ledger);
-        change(&mut shared.ledger).map_err(|refusal| shared.refused(refusal))
-    }
 }
 
 impl VfsFile for QuotaFile {
@@ -505,7 +497,13 @@ impl VfsFile for QuotaFile {
     }
 
     fn set_len(&self, len: u64) -> Result<(), VfsError> {
-        self.grant(|ledger| ledger.set_len(&self.path, len))?;
+        // A shrink or growth of the length alone: nothing written, no rate charged.
+        self.quota.account(
+            |ledger| ledger.set_len(&self.path, len),
+            |_| {},
+            0,
+            |_| None,
+        )?;
         self.inner.set_len(len).inspect_err(|_| self.recount())
     }
 

@@ -25,10 +25,15 @@ struct FileCharge {
 
 impl FileCharge {
     fn charge(&self) -> u64 {
+        self.charge_at(self.len)
+    }
+
+    /// The charge the file would have at length `len`, its reservations unchanged.
+    fn charge_at(&self, len: u64) -> u64 {
         self.reservations
             .iter()
-            .map(|&(_, len)| len)
-            .fold(self.len, u64::max)
+            .map(|&(_, reserved)| reserved)
+            .fold(len, u64::max)
     }
 
     fn is_idle(&self) -> bool {
@@ -174,12 +179,7 @@ impl DiskLedger {
     }
 
     fn charge_with_len(file: Option<&FileCharge>, len: u64) -> u64 {
-        file.map_or(len, |file| {
-            file.reservations
-                .iter()
-                .map(|&(_, reserved)| reserved)
-                .fold(len, u64::max)
-        })
+        file.map_or(len, |file| file.charge_at(len))
     }
 
     /// Refuses a change of one file's charge from `before` to `after` that would pass the
