@@ -152,8 +152,11 @@ fn packaged() -> &'static (PathBuf, PathBuf) {
         std::fs::create_dir(&unpacked).unwrap();
         for name in PACKAGED {
             let crate_file = checkout.join(format!("target/package/{name}-{VERSION}.crate"));
+            // `m`: the files get the time of extraction, not the package's recorded one, so
+            // that a target directory that built an earlier package (same version, same path)
+            // sees them as changed and rebuilds, instead of reusing the old bytes.
             let tar = Command::new("tar")
-                .arg("xzf")
+                .arg("xzmf")
                 .arg(&crate_file)
                 .arg("-C")
                 .arg(&unpacked)

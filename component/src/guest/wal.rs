@@ -57,6 +57,8 @@ pub(crate) fn write_error(err: WalWriteError) -> wit::WalError {
     match err {
         WalWriteError::Failed { cause } => wit::WalError::Failed(to_wit(cause)),
         WalWriteError::Poisoned { cause } => wit::WalError::Poisoned(to_wit(cause)),
+        WalWriteError::Stalled { cause } => wit::WalError::Stalled(to_wit(cause)),
+        WalWriteError::StalledRefused { cause } => wit::WalError::StalledRefused(to_wit(cause)),
         WalWriteError::GroupTooLarge { bytes, bytes_max } => {
             wit::WalError::GroupTooLarge(too_large(bytes, bytes_max))
         }

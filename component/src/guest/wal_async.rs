@@ -21,7 +21,7 @@ use std::task::{Poll, Waker};
 use crate::vfs::{DeviceIo, OpenMode, VfsError, VfsLock, VfsReservation, complete_now};
 use crate::wal::executor::{ClaimSite, SegmentSite, write_group, write_segmented_group};
 use crate::wal::group_commit::{
-    Arrivals, DiskClaim, Group, GroupCommit, LeaderStep, Leadership, WaitState,
+    Arrivals, DiskClaim, Group, GroupCommit, GroupError, LeaderStep, Leadership, WaitState,
 };
 use crate::wal::segment::SegmentRetention;
 use crate::wal::{
@@ -180,6 +180,7 @@ impl AsyncWriter {
             match state {
                 WaitState::Durable => return Ok(()),
                 WaitState::Failed(cause) => return Err(WalWriteError::Failed { cause }),
+                WaitState::Stalled(cause) => return Err(WalWriteError::Stalled { cause }),
                 WaitState::Pending => {}
             }
             let leadership = self.claim_leadership();
@@ -216,7 +217,7 @@ impl AsyncWriter {
     }
 
     /// Carries out `group` through the one executor; a segment it starts becomes current.
-    async fn write_group(&self, group: &Group, io: WitIo) -> Result<(), VfsError> {
+    async fn write_group(&self, group: &Group, io: WitIo) -> Result<(), GroupError> {
         // Cloned out of the cell, so that no borrow is held across the awaits below.
         let current = self.file.borrow().clone();
         let mut scratch = self.group_scratch.take();
@@ -252,7 +253,7 @@ impl AsyncWriter {
 
     /// Reports a written (or failed) group, wakes every parked task, and says whether this
     /// leader goes on.
-    fn finish_group(&self, group: &Group, result: Result<(), VfsError>) -> LeaderStep {
+    fn finish_group(&self, group: &Group, result: Result<(), GroupError>) -> LeaderStep {
         let step = {
             let mut core = self.core.borrow_mut();
             core.handle_group_done(group, result);
@@ -285,6 +286,7 @@ impl AsyncWriter {
         &self,
         records: &[(u16, &[u8])],
     ) -> Result<std::ops::Range<LogSeq>, WalWriteError> {
+        self.retry_stalled_blocking()?;
         let range = self
             .core
             .borrow_mut()
@@ -311,6 +313,7 @@ impl AsyncWriter {
         &self,
         records: &[(u16, &[u8])],
     ) -> Result<std::ops::Range<LogSeq>, WalWriteError> {
+        self.retry_stalled().await?;
         let range = self
             .core
             .borrow_mut()
@@ -320,6 +323,45 @@ impl AsyncWriter {
         }
         self.wait_durable(range.end).await?;
         Ok(range)
+    }
+
+    /// A stalled writer's records are retried before any new work (see
+    /// [`crate::wal::group_commit`]'s module doc): clears the stall and waits until everything
+    /// visible is durable. The retry's error if it failed, [`WalWriteError::StalledRefused`]
+    /// if it found no room again.
+    async fn retry_stalled(&self) -> Result<(), WalWriteError> {
+        let target = {
+            let mut core = self.core.borrow_mut();
+            if !core.retry_stalled() {
+                return Ok(());
+            }
+            core.visible_end()
+        };
+        self.wait_durable(target)
+            .await
+            .map_err(WalWriteError::before_staging)
+    }
+
+    /// [`Self::retry_stalled`] for a caller that does not suspend: it leads the retry through
+    /// the blocking imports, or, when a leader is already suspended in a write, leaves the
+    /// stalled records to it (they lead `pending`, so they go before anything staged next).
+    fn retry_stalled_blocking(&self) -> Result<(), WalWriteError> {
+        if !self.core.borrow_mut().retry_stalled() {
+            return Ok(());
+        }
+        if self.claim_leadership().is_some() {
+            self.lead_blocking();
+        }
+        let core = self.core.borrow();
+        match (core.failure(), core.stalled()) {
+            (Some(cause), _) => Err(WalWriteError::Poisoned {
+                cause: cause.clone(),
+            }),
+            (None, Some(cause)) => Err(WalWriteError::StalledRefused {
+                cause: cause.clone(),
+            }),
+            (None, None) => Ok(()),
+        }
     }
 
     /// Stages each batch as [`Self::commit_many_durable`] would, in order, then waits once,
@@ -332,6 +374,9 @@ impl AsyncWriter {
         &self,
         batches: &[Vec<(u16, &[u8])>],
     ) -> Vec<Result<std::ops::Range<LogSeq>, WalWriteError>> {
+        if let Err(refused) = self.retry_stalled().await {
+            return batches.iter().map(|_| Err(refused.clone())).collect();
+        }
         let mut outcomes: Vec<_> = batches
             .iter()
             .map(|records| {
@@ -356,9 +401,12 @@ impl AsyncWriter {
         for outcome in &mut outcomes {
             if let Ok(range) = outcome
                 && !range.is_empty()
-                && let WaitState::Failed(cause) = core.durable_wait_state(range.end)
             {
-                *outcome = Err(WalWriteError::Failed { cause });
+                match core.durable_wait_state(range.end) {
+                    WaitState::Failed(cause) => *outcome = Err(WalWriteError::Failed { cause }),
+                    WaitState::Stalled(cause) => *outcome = Err(WalWriteError::Stalled { cause }),
+                    WaitState::Durable | WaitState::Pending => {}
+                }
             }
         }
         outcomes
@@ -432,18 +480,20 @@ impl wit::GuestWriter for AsyncWriter {
 
     async fn flush(&self) -> Result<(), wal_types::WalError> {
         let target = {
-            let core = self.core.borrow();
+            let mut core = self.core.borrow_mut();
             if let Some(cause) = core.failure() {
                 return Err(write_error(WalWriteError::Poisoned {
                     cause: cause.clone(),
                 }));
             }
+            core.retry_stalled();
             core.visible_end()
         };
         self.wait_durable(target).await.map_err(write_error)
     }
 
     async fn seal_active_segment(&self) -> Result<bool, wal_types::WalError> {
+        self.retry_stalled().await.map_err(write_error)?;
         let Some(ticket) = self
             .core
             .borrow_mut()
@@ -458,6 +508,9 @@ impl wit::GuestWriter for AsyncWriter {
                 WaitState::Durable => return Ok(true),
                 WaitState::Failed(cause) => {
                     return Err(write_error(WalWriteError::Failed { cause }));
+                }
+                WaitState::Stalled(cause) => {
+                    return Err(write_error(WalWriteError::Stalled { cause }));
                 }
                 WaitState::Pending => {}
             }

@@ -18,6 +18,29 @@ pub enum WalWriteError {
         #[source]
         cause: VfsError,
     },
+    /// The disk (or the quota, for a write the engine had not reserved) had no room for a group
+    /// holding this call's records, and the failure came before the group's sync: nothing
+    /// durable was put at risk, so the writer is **not** poisoned. The records stay visible and
+    /// pending, with their seqs: do not commit them again. They become durable with the next
+    /// group that finds room: [`crate::wal::WalWriter::flush`] (or any commit or seal) retries
+    /// them first, and a commit refused while the retry still finds no room stages nothing. A
+    /// failed sync is never this: it poisons ([`Self::Failed`]).
+    #[error("the disk has no room for the WAL's next group; its records stay pending")]
+    Stalled {
+        /// The write's error: [`VfsError::NoSpace`] or [`VfsError::QuotaExceeded`].
+        #[source]
+        cause: VfsError,
+    },
+    /// Refused before anything of this call was staged: the writer is stalled ([`Self::Stalled`])
+    /// and the retry of its pending records, which this call led or waited for first, still
+    /// found no room. No seq was consumed and the writer is not poisoned: call again once room
+    /// is freed.
+    #[error("the WAL is stalled on a full disk; nothing of this call was staged")]
+    StalledRefused {
+        /// The retry's error: [`VfsError::NoSpace`] or [`VfsError::QuotaExceeded`].
+        #[source]
+        cause: VfsError,
+    },
     /// An earlier write or sync failed; this writer accepts nothing more. Reopen the log.
     #[error("WAL writer is poisoned by an earlier failure")]
     Poisoned {
@@ -72,6 +95,15 @@ pub enum WalWriteError {
 }
 
 impl WalWriteError {
+    /// The error of a call refused before staging because the retry of a stalled writer's
+    /// records ran into [`Self::Stalled`]: those records are not this call's.
+    pub fn before_staging(self) -> Self {
+        match self {
+            WalWriteError::Stalled { cause } => WalWriteError::StalledRefused { cause },
+            other => other,
+        }
+    }
+
     /// A failed reservation, typed: the quota's refusal as [`Self::QuotaExceeded`].
     pub fn unreserved(cause: VfsError) -> Self {
         match cause {

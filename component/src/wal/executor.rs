@@ -10,7 +10,8 @@
 //! its zero fill after them, and then, per the group's `sync`, the file was synced; for a group
 //! that started a segment under a syncing policy, the directory was synced after the file, so
 //! the new segment's name is durable before any record in it is acknowledged. A step that fails
-//! ends the group with that step's error; nothing after it runs.
+//! ends the group with that step's error, marked as before or at the sync ([`GroupError`]);
+//! nothing after it runs.
 
 use std::ops::DerefMut;
 
@@ -19,7 +20,7 @@ use crate::vfs::{
 };
 
 use super::LogSeq;
-use super::group_commit::{DiskClaim, Group};
+use super::group_commit::{DiskClaim, Group, GroupError};
 use super::segment::{self, SegmentRetention, segment_path};
 
 /// A scratch buffer grown beyond this by a multi-batch group is released after the group, so
@@ -41,10 +42,11 @@ pub struct SegmentSite<'a> {
 #[must_use = "the result goes to GroupCommit::handle_group_done, a started segment becomes current"]
 pub struct GroupWritten<F> {
     /// The group's outcome, for [`super::group_commit::GroupCommit::handle_group_done`].
-    pub result: Result<(), VfsError>,
+    pub result: Result<(), GroupError>,
     /// The segment this group created. It is the log's newest segment from here on, even when a
-    /// later step failed: the file exists (a failure poisons the writer, and the next open
-    /// recovers or removes it).
+    /// later step failed and poisoned the writer: the file exists, and the next open recovers
+    /// or removes it. Not when the failure stalls the writer ([`GroupError::retriable`]): the
+    /// retry creates the segment again (`Truncate`), and until then the old one stays current.
     pub started: Option<F>,
 }
 
@@ -52,15 +54,16 @@ impl<F> GroupWritten<F> {
     /// The bookkeeping every driver does after a segmented group, written once: a segment the
     /// group started becomes the current one (`make_current`) and joins the live segments
     /// (`retention`, taken only then: a truncation may hold it while it deletes); then the
-    /// group's outcome. The segment is adopted even when the group failed after creating it
-    /// (see [`Self::started`]).
+    /// group's outcome. The segment is adopted even when the group failed after creating it,
+    /// unless the failure stalls the writer (see [`Self::started`]).
     pub fn adopt<R: DerefMut<Target = SegmentRetention>>(
         self,
         group_start: LogSeq,
         retention: impl FnOnce() -> R,
         make_current: impl FnOnce(F),
-    ) -> Result<(), VfsError> {
-        if let Some(started) = self.started {
+    ) -> Result<(), GroupError> {
+        let retried = self.result.as_ref().is_err_and(GroupError::retriable);
+        if let Some(started) = self.started.filter(|_| !retried) {
             retention().live.push(group_start);
             make_current(started);
         }
@@ -128,6 +131,22 @@ pub async fn write_group<Io: FileIo>(
     file: &Io::File,
     group: &Group,
     scratch: &mut Vec<u8>,
+) -> Result<(), GroupError> {
+    write_records(io, file, group, scratch)
+        .await
+        .map_err(GroupError::before_sync)?;
+    match group.sync {
+        Some(kind) => io.sync(file, kind).await.map_err(GroupError::at_sync),
+        None => Ok(()),
+    }
+}
+
+/// The unsynced part of [`write_group`]: the records, then the zero fill.
+async fn write_records<Io: FileIo>(
+    io: &Io,
+    file: &Io::File,
+    group: &Group,
+    scratch: &mut Vec<u8>,
 ) -> Result<(), VfsError> {
     if let [only] = group.chunks.as_slice() {
         io.write_at(file, group.offset, only).await?;
@@ -142,11 +161,7 @@ pub async fn write_group<Io: FileIo>(
         }
         written?;
     }
-    write_zeros(io, file, group.zero_fill.start, group.zero_fill.end).await?;
-    match group.sync {
-        Some(kind) => io.sync(file, kind).await,
-        None => Ok(()),
-    }
+    write_zeros(io, file, group.zero_fill.start, group.zero_fill.end).await
 }
 
 /// [`write_group`] for a segmented log. When the group starts a segment, it first creates it
@@ -177,14 +192,14 @@ pub async fn write_segmented_group<Io: DeviceIo>(
         Ok(file) => file,
         Err(cause) => {
             return GroupWritten {
-                result: Err(cause),
+                result: Err(GroupError::before_sync(cause)),
                 started: None,
             };
         }
     };
     let mut result = write_group(io, &started, group, scratch).await;
     if result.is_ok() && group.sync.is_some() {
-        result = io.sync_dir(site.dir).await;
+        result = io.sync_dir(site.dir).await.map_err(GroupError::at_sync);
     }
     GroupWritten {
         result,

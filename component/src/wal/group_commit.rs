@@ -29,9 +29,20 @@
 //! so an archiver that ships sealed segments can bound how long a record of a quiet log stays
 //! on one disk.
 //!
-//! **Poisoning.** A failed write or sync sets `failure`. From then on `durable_end` never moves,
-//! staging is refused, and no one can lead: a sync error may have dropped dirty pages, so no
-//! later sync could prove the earlier bytes durable (fsyncgate).
+//! **Poisoning.** A failed sync, or any failed step that is not a lack of room, sets `failure`.
+//! From then on `durable_end` never moves, staging is refused, and no one can lead: a sync
+//! error may have dropped dirty pages, so no later sync could prove the earlier bytes durable
+//! (fsyncgate).
+//!
+//! **Stalling.** A group that fails for lack of room (`NoSpace` from the disk, or the quota's
+//! refusal) before its first sync is not a poisoning: no sync of it ran, so the earlier groups'
+//! durability stands, and whatever part of it reached the page cache is rewritten, byte for
+//! byte, at the same offset by its retry ([`GroupError::retriable`]). Its batches go back to
+//! the front of `pending`, still visible, and the core is **stalled**: waiters on them are told
+//! so ([`WaitState::Stalled`]), no one leads, and staging is refused (memory stays bounded by
+//! what was pending). A driver's next commit, flush or seal first clears the stall
+//! ([`GroupCommit::retry_stalled`]) and leads the retry; once room has been freed it succeeds
+//! and the writer goes on as if nothing had happened.
 
 use std::collections::{BTreeMap, VecDeque};
 use std::ops::Range;
@@ -127,6 +138,44 @@ pub struct Group {
     pub zero_fill: Range<u64>,
 }
 
+/// How carrying out a group failed, for [`GroupCommit::handle_group_done`]: the failed step's
+/// error, and whether that step came before the group's first sync.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct GroupError {
+    /// The failed step's error.
+    pub cause: VfsError,
+    /// The step was a segment's creation or a write (records or zero fill), before any sync of
+    /// the group was issued.
+    pub before_sync: bool,
+}
+
+impl GroupError {
+    /// A failed creation or write, before the group's sync.
+    pub fn before_sync(cause: VfsError) -> GroupError {
+        GroupError {
+            cause,
+            before_sync: true,
+        }
+    }
+
+    /// A failed file or directory sync.
+    pub fn at_sync(cause: VfsError) -> GroupError {
+        GroupError {
+            cause,
+            before_sync: false,
+        }
+    }
+
+    /// Whether the group may be retried instead of poisoning the writer: a lack of room
+    /// ([`VfsError::NoSpace`], [`VfsError::QuotaExceeded`]) before any sync of it. Then no sync
+    /// has reported on pages this group dirtied, so none can have been dropped as written
+    /// (fsyncgate does not apply), and a retry writes the same bytes at the same offset over
+    /// whatever part of them landed. Anything else (an I/O error, a failed sync) poisons.
+    pub fn retriable(&self) -> bool {
+        self.before_sync && matches!(self.cause, VfsError::NoSpace | VfsError::QuotaExceeded(_))
+    }
+}
+
 /// Granted by [`GroupCommit::claim_leadership`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[must_use]
@@ -180,6 +229,10 @@ pub enum WaitState {
     Durable,
     /// A write or sync failed first; the writer is poisoned.
     Failed(VfsError),
+    /// The group holding the waited-for records found no room before its sync: they are still
+    /// visible and pending, and the next commit, flush or seal retries them
+    /// ([`GroupCommit::retry_stalled`]). The writer is not poisoned.
+    Stalled(VfsError),
     /// Not yet: keep waiting.
     Pending,
 }
@@ -216,7 +269,13 @@ pub struct GroupCommit {
     file_reservation: Option<Box<dyn VfsReservation>>,
     file_reserved_end: u64,
     in_flight: Option<LogSeq>,
+    /// The batches of the group in flight, kept until it completes: a stalled group puts
+    /// them back at the front of `pending`.
+    in_flight_batches: Vec<StagedBatch>,
     failure: Option<VfsError>,
+    /// Set by a group that found no room before its sync (see the module doc); cleared by
+    /// [`Self::retry_stalled`].
+    stall: Option<VfsError>,
     leader: bool,
     handed_off: bool,
     arrivals: Arrivals,
@@ -261,7 +320,9 @@ impl GroupCommit {
             file_reservation: None,
             file_reserved_end: 0,
             in_flight: None,
+            in_flight_batches: Vec::new(),
             failure: None,
+            stall: None,
             leader: false,
             handed_off: false,
             arrivals: Arrivals::Parallel,
@@ -292,6 +353,18 @@ impl GroupCommit {
     /// The error that poisoned the writer, if one did.
     pub fn failure(&self) -> Option<&VfsError> {
         self.failure.as_ref()
+    }
+
+    /// Why the writer is stalled, if it is (see the module doc).
+    pub fn stalled(&self) -> Option<&VfsError> {
+        self.stall.as_ref()
+    }
+
+    /// Clears a stall, so that the caller can lead the stalled records' retry: returns whether
+    /// there was one. A driver calls it at the start of a commit, flush or seal; if the retry
+    /// finds no room again, the group stalls again.
+    pub fn retry_stalled(&mut self) -> bool {
+        self.stall.take().is_some()
     }
 
     /// Records staged but not yet taken into a group: what a gathering leader watches grow.
@@ -345,11 +418,7 @@ impl GroupCommit {
         records: &[(u16, &[u8])],
         mut reserve: impl FnMut(DiskClaim) -> Result<Box<dyn VfsReservation>, VfsError>,
     ) -> Result<Range<LogSeq>, WalWriteError> {
-        if let Some(cause) = &self.failure {
-            return Err(WalWriteError::Poisoned {
-                cause: cause.clone(),
-            });
-        }
+        self.check_accepting()?;
         let start = self.visible_end;
         if records.is_empty() {
             return Ok(start..start);
@@ -426,6 +495,21 @@ impl GroupCommit {
         Ok(start..seq)
     }
 
+    /// Refuses new work from a poisoned or a stalled writer.
+    fn check_accepting(&self) -> Result<(), WalWriteError> {
+        if let Some(cause) = &self.failure {
+            return Err(WalWriteError::Poisoned {
+                cause: cause.clone(),
+            });
+        }
+        if let Some(cause) = &self.stall {
+            return Err(WalWriteError::StalledRefused {
+                cause: cause.clone(),
+            });
+        }
+        Ok(())
+    }
+
     /// The room a batch of `bytes` encoded bytes starting at `start` needs, and where it will
     /// end: see `projected_end`.
     fn claim_for(&self, start: LogSeq, bytes: u64) -> (Option<DiskClaim>, u64) {
@@ -497,10 +581,16 @@ impl GroupCommit {
 
     /// Where a caller waiting for `target` (exclusive) stands.
     pub fn durable_wait_state(&self, target: LogSeq) -> WaitState {
-        if self.durable_end >= target {
+        self.wait_state(self.durable_end >= target)
+    }
+
+    fn wait_state(&self, settled: bool) -> WaitState {
+        if settled {
             WaitState::Durable
         } else if let Some(cause) = &self.failure {
             WaitState::Failed(cause.clone())
+        } else if let Some(cause) = &self.stall {
+            WaitState::Stalled(cause.clone())
         } else {
             WaitState::Pending
         }
@@ -528,11 +618,7 @@ impl GroupCommit {
         &mut self,
         reserve: impl FnOnce(DiskClaim) -> Result<Box<dyn VfsReservation>, VfsError>,
     ) -> Result<Option<SealTicket>, WalWriteError> {
-        if let Some(cause) = &self.failure {
-            return Err(WalWriteError::Poisoned {
-                cause: cause.clone(),
-            });
-        }
+        self.check_accepting()?;
         if self.seal_in_flight && !self.seal_requested {
             // Every record durable now was durable when that group was polled (it is the one
             // group in flight), so it seals them: no second, empty segment after it.
@@ -570,13 +656,7 @@ impl GroupCommit {
     /// has been written and synced per the policy (under a syncing policy, the new segment's
     /// name too).
     pub fn seal_wait_state(&self, ticket: SealTicket) -> WaitState {
-        if self.seals_done >= ticket.0 {
-            WaitState::Durable
-        } else if let Some(cause) = &self.failure {
-            WaitState::Failed(cause.clone())
-        } else {
-            WaitState::Pending
-        }
+        self.wait_state(self.seals_done >= ticket.0)
     }
 
     /// The pending batches now land in the seal's new segment, not the current one: where
@@ -603,7 +683,7 @@ impl GroupCommit {
     /// `departing` is how many callers of the last group are still on their way out (see
     /// [`Self::departing_waiters`]).
     pub fn claim_leadership(&mut self, departing: usize) -> Option<Leadership> {
-        if self.leader || self.failure.is_some() || !self.has_work() {
+        if self.leader || self.failure.is_some() || self.stall.is_some() || !self.has_work() {
             return None;
         }
         self.leader = true;
@@ -625,7 +705,7 @@ impl GroupCommit {
     #[must_use]
     pub fn poll_group(&mut self) -> Option<Group> {
         assert!(self.leader, "only the leader polls groups");
-        if self.in_flight.is_some() || self.failure.is_some() {
+        if self.in_flight.is_some() || self.failure.is_some() || self.stall.is_some() {
             return None;
         }
         let seals = std::mem::take(&mut self.seal_requested);
@@ -661,7 +741,8 @@ impl GroupCommit {
             let batch = self.pending.pop_front().expect("front exists");
             bytes += batch.encoded.len();
             records += batch.records;
-            chunks.push(batch.encoded);
+            chunks.push(batch.encoded.clone());
+            self.in_flight_batches.push(batch);
         }
         self.pending_records -= records;
         let end = LogSeq(start.0 + records);
@@ -718,15 +799,35 @@ impl GroupCommit {
         }
     }
 
-    /// Reports the outcome of writing and syncing `group`.
-    pub fn handle_group_done(&mut self, group: &Group, result: Result<(), VfsError>) {
+    /// Reports the outcome of writing and syncing `group`. A failure that
+    /// [`GroupError::retriable`] allows stalls the writer (the group's batches go back to
+    /// `pending`); any other poisons it.
+    pub fn handle_group_done(&mut self, group: &Group, result: Result<(), GroupError>) {
         assert_eq!(
             self.in_flight.take(),
             Some(group.seqs.end),
             "completed group was not in flight"
         );
         self.seal_in_flight = false;
+        let batches = std::mem::take(&mut self.in_flight_batches);
         match result {
+            Err(error) if error.retriable() => {
+                // As if never polled: the batches lead `pending` again, in seq order, and a
+                // seal is asked again. `write_offset`, the projection and the reservations
+                // were made for exactly this landing, so they stand.
+                self.pending_records += group.records;
+                for batch in batches.into_iter().rev() {
+                    self.pending.push_front(batch);
+                }
+                self.seal_requested |= group.seals;
+                tracing::debug!(
+                    first_seq = group.seqs.start.0,
+                    records = group.records,
+                    cause = %error.cause,
+                    "wal group found no room before its sync: stalled, to be retried"
+                );
+                self.stall = Some(error.cause);
+            }
             Ok(()) => {
                 assert_eq!(
                     group.seqs.start, self.durable_end,
@@ -772,7 +873,7 @@ impl GroupCommit {
                     self.stats.group_records_histogram[bucket] += 1;
                 }
             }
-            Err(cause) => {
+            Err(GroupError { cause, .. }) => {
                 self.failure = Some(cause);
                 // A poisoned writer writes nothing more: the room it held is free.
                 self.reservations.clear();
@@ -784,7 +885,8 @@ impl GroupCommit {
     /// After `handle_group_done`: does the leader continue, hand off, or release?
     pub fn poll_leader_step(&mut self) -> LeaderStep {
         assert!(self.leader, "only the leader steps");
-        if self.failure.is_some() || !self.has_work() {
+        // A stalled leader releases rather than retry at once: the room is not back yet.
+        if self.failure.is_some() || self.stall.is_some() || !self.has_work() {
             self.leader = false;
             return LeaderStep::Release;
         }
@@ -1062,7 +1164,10 @@ mod tests {
         failed.stage(&[(1, b"a")]).unwrap();
         let _lead = failed.claim_leadership(0).unwrap();
         let g = failed.poll_group().unwrap();
-        failed.handle_group_done(&g, Err(VfsError::Io("dir sync failed".into())));
+        failed.handle_group_done(
+            &g,
+            Err(GroupError::at_sync(VfsError::Io("dir sync failed".into()))),
+        );
         assert_eq!((failed.stats().syncs, failed.stats().dir_syncs), (0, 0));
     }
 
@@ -1183,7 +1288,10 @@ mod tests {
         let ticket = c.request_seal().unwrap().unwrap();
         let _lead = c.claim_leadership(0).unwrap();
         let g = c.poll_group().unwrap();
-        c.handle_group_done(&g, Err(VfsError::Io("no space".into())));
+        c.handle_group_done(
+            &g,
+            Err(GroupError::before_sync(VfsError::Io("no space".into()))),
+        );
         assert!(matches!(c.seal_wait_state(ticket), WaitState::Failed(_)));
         assert!(matches!(
             c.request_seal(),
@@ -1214,7 +1322,7 @@ mod tests {
         let _lead = c.claim_leadership(c.departing_waiters()).unwrap();
         let g = c.poll_group().unwrap();
         c.stage(&[(1, b"b")]).unwrap();
-        c.handle_group_done(&g, Err(VfsError::Io("boom".into())));
+        c.handle_group_done(&g, Err(GroupError::at_sync(VfsError::Io("boom".into()))));
         assert_eq!(c.poll_leader_step(), LeaderStep::Release);
         assert_eq!(c.durable_end(), LogSeq(10));
         assert_eq!(
@@ -1231,6 +1339,95 @@ mod tests {
             2,
             "staged records stay visible"
         );
+    }
+
+    #[test]
+    fn no_room_before_the_sync_stalls_and_the_retry_writes_the_same_group() {
+        let mut c = core();
+        c.stage(&[(1, b"a"), (2, b"b")]).unwrap();
+        c.stage(&[(3, b"c")]).unwrap();
+        c.register_durable_wait(LogSeq(13));
+        let _lead = c.claim_leadership(0).unwrap();
+        let g = c.poll_group().unwrap();
+        assert_eq!(g.seqs, LogSeq(10)..LogSeq(13));
+        c.handle_group_done(&g, Err(GroupError::before_sync(VfsError::NoSpace)));
+        assert_eq!(
+            c.poll_leader_step(),
+            LeaderStep::Release,
+            "no spin on a full disk"
+        );
+        assert_eq!(c.failure(), None, "not poisoned");
+        assert_eq!(c.stalled(), Some(&VfsError::NoSpace));
+        assert_eq!(
+            c.durable_wait_state(LogSeq(13)),
+            WaitState::Stalled(VfsError::NoSpace)
+        );
+        assert!(
+            c.claim_leadership(0).is_none(),
+            "no one leads while stalled"
+        );
+        assert_eq!(
+            c.stage(&[(4, b"d")]),
+            Err(WalWriteError::StalledRefused {
+                cause: VfsError::NoSpace
+            }),
+            "refused, nothing staged"
+        );
+        assert_eq!(c.visible_end(), LogSeq(13));
+        assert_eq!(c.visible_records(LogSeq(0), 10).len(), 3, "still visible");
+        assert_eq!(c.pending_records(), 3);
+
+        // The retry: the same records, at the same offset, in one group.
+        assert!(c.retry_stalled());
+        assert_eq!(c.durable_wait_state(LogSeq(13)), WaitState::Pending);
+        let _lead = c.claim_leadership(0).unwrap();
+        let again = c.poll_group().unwrap();
+        assert_eq!(
+            (again.seqs.clone(), again.offset),
+            (g.seqs.clone(), g.offset)
+        );
+        assert_eq!(again.chunks, g.chunks);
+        c.handle_group_done(&again, Ok(()));
+        assert_eq!(c.durable_wait_state(LogSeq(13)), WaitState::Durable);
+        c.deregister_durable_wait(LogSeq(13));
+        assert_eq!(c.stage(&[(4, b"d")]), Ok(LogSeq(13)..LogSeq(14)));
+        assert_eq!(c.stats().groups, 1);
+    }
+
+    #[test]
+    fn only_a_lack_of_room_before_the_sync_is_retriable() {
+        let quota = VfsError::QuotaExceeded(crate::vfs::QuotaExceeded {
+            limit: 1,
+            used: 1,
+            requested: 1,
+        });
+        assert!(GroupError::before_sync(VfsError::NoSpace).retriable());
+        assert!(GroupError::before_sync(quota.clone()).retriable());
+        assert!(
+            !GroupError::at_sync(VfsError::NoSpace).retriable(),
+            "fsyncgate"
+        );
+        assert!(!GroupError::at_sync(quota).retriable());
+        assert!(!GroupError::before_sync(VfsError::Io("eio".into())).retriable());
+    }
+
+    #[test]
+    fn a_stalled_seal_is_asked_again_and_keeps_its_room() {
+        let mut c = GroupCommit::new(&segmented(64 << 10), LogSeq(0), 1000);
+        let ticket = c.request_seal().unwrap().unwrap();
+        let _lead = c.claim_leadership(0).unwrap();
+        let g = c.poll_group().unwrap();
+        assert!(g.seals);
+        c.handle_group_done(&g, Err(GroupError::before_sync(VfsError::NoSpace)));
+        assert_eq!(c.poll_leader_step(), LeaderStep::Release);
+        assert!(matches!(c.seal_wait_state(ticket), WaitState::Stalled(_)));
+        assert!(c.retry_stalled());
+        let _lead = c.claim_leadership(0).unwrap();
+        let again = c.poll_group().unwrap();
+        assert!(again.seals && again.starts_segment);
+        c.handle_group_done(&again, Ok(()));
+        assert_eq!(c.seal_wait_state(ticket), WaitState::Durable);
+        assert_eq!(c.stats().segments_started, 1);
     }
 
     #[test]

@@ -15,7 +15,17 @@
 //!   and [`DurabilityPolicy::Barrier`] that means a sync of the tier's kind returned after the
 //!   record's bytes were written; under [`DurabilityPolicy::Skip`] it means the bytes were
 //!   handed to the OS. `durable_end` never passes a sync that has not returned `Ok`.
-//! - After a failed write or sync, the writer is poisoned: nothing more is reported durable.
+//! - After a failed sync, or a write that failed for any reason but a lack of room, the writer
+//!   is poisoned: nothing more is reported durable (fsyncgate: a failed sync may have dropped
+//!   pages it reported on). Reopen the log to recover.
+//! - A group that finds no room before its sync ([`crate::vfs::VfsError::NoSpace`] from a
+//!   segment's creation, a write or its zero fill, or a quota's refusal of a write the engine had
+//!   not reserved) **stalls** the writer instead: no sync ran, so nothing durable is in doubt.
+//!   Its records stay visible and pending, its waiters get [`WalWriteError::Stalled`], and the
+//!   next `flush`, commit or seal retries them (the same bytes at the same offset, over whatever
+//!   part of them landed) before anything new, refusing new work with
+//!   [`WalWriteError::StalledRefused`] while the disk is still full. Once room is freed the same
+//!   writer goes on. Only the writer can tell: a full disk seen at the sync poisons.
 //! - One writer per log: every writer holds the log's advisory lock ([`lock`]) from before it
 //!   reads the log until it is dropped; a second one gets [`WalOpenError::Locked`].
 //! - A failed directory sync (or rename) never leaves a later acknowledgement depending on a
@@ -23,7 +33,8 @@
 //!   - creating or recovering a log: the call fails; the next `open` syncs the directory again
 //!     (it always does, under a syncing policy) before it returns a writer;
 //!   - a rotation: the group fails, its callers get [`WalWriteError::Failed`], and the writer
-//!     is poisoned, so it acknowledges nothing more;
+//!     is poisoned, so it acknowledges nothing more (a rotation that found no room for the new
+//!     segment, before any sync, stalls instead, and its retry creates the segment again);
 //!   - a checkpoint: the call fails with [`WalRetentionError::Io`] and the writer keeps the old
 //!     checkpoint, so no truncation relies on the new one; calling `checkpoint` again writes it
 //!     again;

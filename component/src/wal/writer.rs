@@ -8,11 +8,11 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::thread::{self, Thread};
 
 use crate::vfs::{
-    DeviceIo, OpenMode, ReadyIo, Vfs, VfsError, VfsFile, VfsLock, VfsReservation, complete_now,
+    DeviceIo, OpenMode, ReadyIo, Vfs, VfsFile, VfsLock, VfsReservation, complete_now,
 };
 
 use super::executor::{ClaimSite, SegmentSite, write_group, write_segmented_group};
-use super::group_commit::{Group, GroupCommit, LeaderStep, Leadership, WaitState};
+use super::group_commit::{Group, GroupCommit, GroupError, LeaderStep, Leadership, WaitState};
 use super::replay::Recovery;
 use super::segment::{SegmentRetention, SegmentedRecovery};
 use super::setup::{SegmentedSetup, SetupMode, lock_single_file, setup_log, setup_segments};
@@ -299,9 +299,12 @@ impl WalWriter {
     /// Durability: none promised on `Ok`. Use [`Self::flush`] or a durable commit to wait.
     ///
     /// # Errors
-    /// Typed refusals (payload, group, retention bounds; poisoned writer) stage nothing and
-    /// consume no seq. [`WalWriteError::Failed`] means the record is visible but this caller,
-    /// leading, saw a write or sync fail: the writer is poisoned.
+    /// Typed refusals (payload, group, retention bounds; poisoned writer;
+    /// [`WalWriteError::StalledRefused`] when a stalled writer's retry still finds no room)
+    /// stage nothing and consume no seq. [`WalWriteError::Failed`] means the record is visible
+    /// but this caller, leading, saw a write or sync fail: the writer is poisoned. A group that
+    /// found no room before its sync is not an error here: the record is visible and pending,
+    /// and the next flush or commit retries it (see [`super`]'s module doc).
     pub fn commit(&self, op: u16, payload: &[u8]) -> Result<LogSeq, WalWriteError> {
         self.commit_many(&[(op, payload)]).map(|r| r.start)
     }
@@ -314,7 +317,10 @@ impl WalWriter {
     /// later records; under `Skip` it has been written to the OS (survives a process crash).
     ///
     /// On `Err(Failed)` the record may or may not be on disk; it is not reported durable, and
-    /// the writer is poisoned.
+    /// the writer is poisoned. On `Err(Stalled)` its group found no room before its sync: the
+    /// record is visible, pending, and not durable; the writer is not poisoned, and the next
+    /// [`Self::flush`] (or commit) retries it: do not commit it again. On
+    /// `Err(StalledRefused)` nothing was staged.
     pub fn commit_durable(&self, op: u16, payload: &[u8]) -> Result<LogSeq, WalWriteError> {
         self.commit_many_durable(&[(op, payload)]).map(|r| r.start)
     }
@@ -327,9 +333,10 @@ impl WalWriter {
     ///
     /// If staging fails, the batch consumes no sequence and publishes no visibility. After
     /// staging succeeds, a write or sync failure poisons the writer: the staged records remain
-    /// visible, and this call returns [`WalWriteError::Failed`] if it was leading.
+    /// visible, and this call returns [`WalWriteError::Failed`] if it was leading. A lack of
+    /// room before the sync stalls it instead (the records stay pending; `Ok`).
     pub fn commit_many(&self, records: &[(u16, &[u8])]) -> Result<Range<LogSeq>, WalWriteError> {
-        let mut core = lock(&self.core);
+        let mut core = self.retry_stalled(lock(&self.core))?;
         let range = core.stage_with(records, |claim| self.storage.claim_site().reserve(claim))?;
         if range.is_empty() {
             return Ok(range);
@@ -348,12 +355,14 @@ impl WalWriter {
     ///
     /// An empty batch returns the empty range at the next seq and performs no I/O. If staging
     /// fails, the batch consumes no sequence. After staging succeeds, a write or sync failure
-    /// leaves the records visible, returns [`WalWriteError::Failed`], and poisons the writer.
+    /// leaves the records visible, returns [`WalWriteError::Failed`], and poisons the writer;
+    /// a lack of room before the sync returns [`WalWriteError::Stalled`] and leaves them
+    /// pending for the next flush (see [`Self::commit_durable`]).
     pub fn commit_many_durable(
         &self,
         records: &[(u16, &[u8])],
     ) -> Result<Range<LogSeq>, WalWriteError> {
-        let mut core = lock(&self.core);
+        let mut core = self.retry_stalled(lock(&self.core))?;
         let range = core.stage_with(records, |claim| self.storage.claim_site().reserve(claim))?;
         if range.is_empty() {
             return Ok(range);
@@ -370,14 +379,17 @@ impl WalWriter {
     ///
     /// # Errors
     /// [`WalWriteError::Poisoned`] if the writer had already failed; [`WalWriteError::Failed`]
-    /// if a write or sync fails while this call waits.
+    /// if a write or sync fails while this call waits; [`WalWriteError::Stalled`] if a group
+    /// found no room before its sync. A stalled writer's flush is its retry: it writes the
+    /// stalled records again, and returns `Ok` once room was freed.
     pub fn flush(&self) -> Result<(), WalWriteError> {
-        let core = lock(&self.core);
+        let mut core = lock(&self.core);
         if let Some(cause) = core.failure() {
             return Err(WalWriteError::Poisoned {
                 cause: cause.clone(),
             });
         }
+        core.retry_stalled();
         let target = core.visible_end();
         self.wait_durable(core, target)
     }
@@ -400,7 +412,7 @@ impl WalWriter {
     /// if creating or syncing the new segment fails, which poisons the writer as a failed
     /// group does.
     pub fn seal_active_segment(&self) -> Result<bool, WalWriteError> {
-        let mut core = lock(&self.core);
+        let mut core = self.retry_stalled(lock(&self.core))?;
         let Some(ticket) =
             core.request_seal_with(|claim| self.storage.claim_site().reserve(claim))?
         else {
@@ -410,6 +422,7 @@ impl WalWriter {
             match core.seal_wait_state(ticket) {
                 WaitState::Durable => return Ok(true),
                 WaitState::Failed(cause) => return Err(WalWriteError::Failed { cause }),
+                WaitState::Stalled(cause) => return Err(WalWriteError::Stalled { cause }),
                 WaitState::Pending => {}
             }
             let departing = self.departing_count(&core);
@@ -442,6 +455,10 @@ impl WalWriter {
                     core.deregister_durable_wait(target);
                     return Err(WalWriteError::Failed { cause });
                 }
+                WaitState::Stalled(cause) => {
+                    core.deregister_durable_wait(target);
+                    return Err(WalWriteError::Stalled { cause });
+                }
                 WaitState::Pending => {}
             }
             let departing = self.departing_count(&core);
@@ -468,6 +485,24 @@ impl WalWriter {
                 Verdict::Recheck => core = lock(&self.core),
             }
         }
+    }
+
+    /// A stalled writer's records are retried before any new work (see
+    /// [`super::group_commit`]'s module doc): clears the stall and waits until everything
+    /// visible is durable, leading the retry if no one else does. Returns the lock; the
+    /// retry's error if it failed, [`WalWriteError::StalledRefused`] if it found no room
+    /// again.
+    fn retry_stalled<'a>(
+        &'a self,
+        mut core: MutexGuard<'a, GroupCommit>,
+    ) -> Result<MutexGuard<'a, GroupCommit>, WalWriteError> {
+        if !core.retry_stalled() {
+            return Ok(core);
+        }
+        let target = core.visible_end();
+        self.wait_durable(core, target)
+            .map_err(WalWriteError::before_staging)?;
+        Ok(lock(&self.core))
     }
 
     /// The error for a waiter woken with [`Verdict::Failed`]: the failure that poisoned the
@@ -536,13 +571,20 @@ impl WalWriter {
     ) -> Vec<(Arc<WakeSlot>, Verdict)> {
         let durable_end = core.durable_end();
         let failed = core.failure().is_some();
+        let stalled = core.stalled().is_some();
         let mut parked = lock(&self.parked);
         let mut woken = Vec::new();
+        let mut rechecks = Vec::new();
         parked.retain(|waiter| {
             let verdict = if waiter.target <= durable_end {
                 Verdict::Durable
             } else if failed {
                 Verdict::Failed
+            } else if stalled {
+                // Still registered: it learns of the stall under the lock (or finds a retry
+                // under way, and waits on).
+                rechecks.push((Arc::clone(&waiter.slot), Verdict::Recheck));
+                return false;
             } else {
                 return true;
             };
@@ -552,6 +594,7 @@ impl WalWriter {
         });
         // Counted before any of them can run, so a departure never finds the count at 0.
         self.departing.fetch_add(woken.len(), Ordering::SeqCst);
+        woken.append(&mut rechecks);
         if step == LeaderStep::HandOff && !parked.is_empty() {
             // Woken last, below: by the time it has the lock and gathers, most of the group's
             // callers are on their way back.
@@ -632,7 +675,7 @@ impl WalWriter {
 
     /// Carries out `group` through the one executor ([`super::executor`]), whose futures are
     /// ready at once over [`ReadyIo`].
-    fn write_group(&self, group: &Group) -> Result<(), VfsError> {
+    fn write_group(&self, group: &Group) -> Result<(), GroupError> {
         let mut scratch = lock(&self.group_scratch);
         match &self.storage {
             Storage::SingleFile(file) => {
@@ -691,7 +734,7 @@ fn led_commit_outcome(
     }
 }
 
-fn trace_group(group: &Group, took: std::time::Duration, result: &Result<(), VfsError>) {
+fn trace_group(group: &Group, took: std::time::Duration, result: &Result<(), GroupError>) {
     let bytes: usize = group.chunks.iter().map(|chunk| chunk.len()).sum();
     tracing::debug!(
         first_seq = group.seqs.start.0,
@@ -700,7 +743,10 @@ fn trace_group(group: &Group, took: std::time::Duration, result: &Result<(), Vfs
         sync = ?group.sync,
         starts_segment = group.starts_segment,
         micros = took.as_micros() as u64,
-        error = result.as_ref().err().map(tracing::field::display),
+        error = result
+            .as_ref()
+            .err()
+            .map(|error| tracing::field::display(&error.cause)),
         "wal group written"
     );
 }

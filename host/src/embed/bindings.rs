@@ -4,7 +4,7 @@
 //!
 //! ```ignore
 //! wasmtime::component::bindgen!({
-//!     // A package of the embedder's own whose world imports `stele:log/wal@0.8.0` (as
+//!     // A package of the embedder's own whose world imports `stele:log/wal@0.9.0` (as
 //!     // `host/examples/plugin/wit` does); Stele's `wit/` comes first, so that it resolves.
 //!     world: "my:platform/my-plugin",
 //!     path: ["vendor/stele/wit", "wit"],

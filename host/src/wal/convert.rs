@@ -100,6 +100,14 @@ macro_rules! wal_conversions {
                     cause: from_wit(cause),
                 }
                 .into(),
+                E::Stalled(cause) => WalWriteError::Stalled {
+                    cause: from_wit(cause),
+                }
+                .into(),
+                E::StalledRefused(cause) => WalWriteError::StalledRefused {
+                    cause: from_wit(cause),
+                }
+                .into(),
                 E::GroupTooLarge(s) => WalWriteError::GroupTooLarge {
                     bytes: usize_of(s.bytes),
                     bytes_max: usize_of(s.bytes_max),

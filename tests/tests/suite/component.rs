@@ -45,12 +45,12 @@ fn plain_component_exports_wal_and_journal_and_imports_only_vfs_and_std_wasi() {
     assert_eq!(
         exports,
         vec![
-            "stele:log/journal@0.8.0".to_owned(),
-            "stele:log/push-log@0.8.0".to_owned(),
-            "stele:log/wal@0.8.0".to_owned()
+            "stele:log/journal@0.9.0".to_owned(),
+            "stele:log/push-log@0.9.0".to_owned(),
+            "stele:log/wal@0.9.0".to_owned()
         ]
     );
-    assert_only_stele_storage(&imports, &["stele:log/vfs@0.8.0"]);
+    assert_only_stele_storage(&imports, &["stele:log/vfs@0.9.0"]);
 }
 
 #[test]
@@ -61,16 +61,16 @@ fn async_component_adds_the_async_exports_and_vfs_async() {
     assert_eq!(
         exports,
         vec![
-            "stele:log/journal-async@0.8.0".to_owned(),
-            "stele:log/journal@0.8.0".to_owned(),
-            "stele:log/push-log-async@0.8.0".to_owned(),
-            "stele:log/push-log@0.8.0".to_owned(),
-            "stele:log/wal-async@0.8.0".to_owned(),
-            "stele:log/wal@0.8.0".to_owned()
+            "stele:log/journal-async@0.9.0".to_owned(),
+            "stele:log/journal@0.9.0".to_owned(),
+            "stele:log/push-log-async@0.9.0".to_owned(),
+            "stele:log/push-log@0.9.0".to_owned(),
+            "stele:log/wal-async@0.9.0".to_owned(),
+            "stele:log/wal@0.9.0".to_owned()
         ]
     );
     assert_only_stele_storage(
         &imports,
-        &["stele:log/vfs@0.8.0", "stele:log/vfs-async@0.8.0"],
+        &["stele:log/vfs@0.9.0", "stele:log/vfs-async@0.9.0"],
     );
 }

@@ -38,7 +38,15 @@ fn vfs(fs: &FaultFs) -> Arc<dyn Vfs> {
 /// Commits `RECORDS` durable records one by one until the first failure; returns the acked
 /// payloads and the writer (if it opened).
 fn durable_run(fs: &FaultFs, mode: Mode) -> (Vec<Vec<u8>>, Option<WalError>, Option<Wal>) {
-    let wal = match Wal::create(vfs(fs), "f.wal", options(), mode) {
+    durable_run_with(fs, mode, options())
+}
+
+fn durable_run_with(
+    fs: &FaultFs,
+    mode: Mode,
+    options: WalOptions,
+) -> (Vec<Vec<u8>>, Option<WalError>, Option<Wal>) {
+    let wal = match Wal::create(vfs(fs), "f.wal", options, mode) {
         Ok(wal) => wal,
         Err(e) => return (vec![], Some(e), None),
     };
@@ -57,7 +65,11 @@ fn durable_run(fs: &FaultFs, mode: Mode) -> (Vec<Vec<u8>>, Option<WalError>, Opt
 }
 
 fn recovered_payloads(fs: &FaultFs, mode: Mode) -> Vec<Vec<u8>> {
-    let (wal, rec) = Wal::open(vfs(fs), "f.wal", options(), mode).expect("recovery never fails");
+    recovered_payloads_with(fs, mode, options())
+}
+
+fn recovered_payloads_with(fs: &FaultFs, mode: Mode, options: WalOptions) -> Vec<Vec<u8>> {
+    let (wal, rec) = Wal::open(vfs(fs), "f.wal", options, mode).expect("recovery never fails");
     drop(wal);
     let (records, _) = read_wal(vfs(fs), "f.wal", mode).unwrap();
     assert_eq!(records.len() as u64, rec.records);
@@ -167,20 +179,90 @@ fn failed_or_short_write_leaves_no_partial_record_before_the_next_append(mode: M
 }
 
 fn enospc_is_a_typed_error(mode: Mode) {
-    for op in [OpKind::Write, OpKind::Sync] {
-        let fs = FaultFs::new();
-        fs.inject(FaultRule {
-            op,
-            nth: 4,
-            error: InjectedError::NoSpace,
-        });
-        let (_, err, _) = durable_run(&fs, mode);
-        assert_eq!(
-            err,
-            Some(WalError::Write(WalWriteError::Failed {
-                cause: VfsError::NoSpace
-            })),
-            "{op:?}"
+    // At a sync: poisoned (fsyncgate), as any failed sync.
+    let fs = FaultFs::new();
+    fs.inject(FaultRule {
+        op: OpKind::Sync,
+        nth: 4,
+        error: InjectedError::NoSpace,
+    });
+    let (_, err, _) = durable_run(&fs, mode);
+    assert_eq!(
+        err,
+        Some(WalError::Write(WalWriteError::Failed {
+            cause: VfsError::NoSpace
+        }))
+    );
+}
+
+/// ENOSPC from a write, at every write index of a run, whole or after part of the write
+/// landed, in a single file and in 4 KiB segments (where the write may be a new segment's
+/// header, or its zero fill): the writer stalls (typed, not poisoned), the same handle retries
+/// the stalled record and goes on, each record is in the log exactly once, and a power loss at
+/// any point keeps every acknowledged record, the stalled one once the retry acknowledged it.
+fn enospc_from_a_write_stalls_and_the_same_writer_goes_on_at_every_write_index(mode: Mode) {
+    let segmented =
+        WalOptions::segmented(DurabilityPolicy::FullSync, 4 << 10).with_first_seq(LogSeq(500));
+    for options in [options(), segmented] {
+        let clean = FaultFs::new();
+        let (_, err, _) = durable_run_with(&clean, mode, options);
+        assert!(err.is_none());
+        let total_writes = clean.count(OpKind::Write);
+        let mut stalls = 0;
+        for n in 1..=total_writes {
+            for error in [
+                InjectedError::NoSpace,
+                InjectedError::ShortWriteNoSpace { landed_bytes: 11 },
+            ] {
+                let at = format!("{:?} write #{n} {error:?}", options.segment_bytes);
+                let fs = FaultFs::new();
+                fs.inject(FaultRule {
+                    op: OpKind::Write,
+                    nth: n,
+                    error,
+                });
+                let (mut acked, err, wal) = durable_run_with(&fs, mode, options);
+                let Some(err) = err else {
+                    panic!("{at}: failed but nothing reported it")
+                };
+                let wal = match (wal, err) {
+                    // The creation's writes: nothing to stall, the open fails typed.
+                    (None, WalError::Open(WalOpenError::Vfs(VfsError::NoSpace))) => continue,
+                    (Some(wal), WalError::Write(WalWriteError::Stalled { cause })) => {
+                        assert_eq!(cause, VfsError::NoSpace);
+                        wal
+                    }
+                    other => panic!("{at}: unexpected {other:?}"),
+                };
+                stalls += 1;
+                let stalled = payload(0, acked.len() as u64, 16 + (acked.len() * 37) % 900);
+                // Before the retry, a power loss keeps what was acknowledged.
+                let crashed = fs.crash(CrashPlan::KeepPrefix { ops: 0 });
+                let recovered = recovered_payloads_with(&crashed, mode, options);
+                assert_eq!(recovered[..acked.len()], acked[..], "{at}");
+                // The fault has passed: a flush writes the stalled record, a commit goes on.
+                wal.flush().expect("the retry finds room");
+                acked.push(stalled);
+                let last = b"after the stall".to_vec();
+                wal.commit_durable(1, &last)
+                    .expect("the same writer goes on");
+                acked.push(last);
+                let expected_end = LogSeq(500 + acked.len() as u64);
+                assert_eq!(wal.stats().unwrap().durable_end, expected_end, "{at}");
+                drop(wal);
+                for plan in [
+                    CrashPlan::KeepPrefix { ops: 0 },
+                    CrashPlan::KeepPrefix { ops: usize::MAX },
+                ] {
+                    let recovered = recovered_payloads_with(&fs.crash(plan), mode, options);
+                    assert_eq!(recovered, acked, "{at} {plan:?}: exactly once");
+                }
+            }
+        }
+        assert!(
+            stalls > RECORDS,
+            "{:?}: a stall at every record's write: {stalls}",
+            options.segment_bytes
         );
     }
 }
@@ -591,6 +673,7 @@ every_mode!(
     fsyncgate_at_every_sync_index,
     failed_or_short_write_leaves_no_partial_record_before_the_next_append,
     enospc_is_a_typed_error,
+    enospc_from_a_write_stalls_and_the_same_writer_goes_on_at_every_write_index,
     wal_survives_a_failed_dir_sync_or_rename_at_every_index,
     a_failed_rotation_dir_sync_is_not_counted,
     a_seal_survives_power_loss_and_a_failed_one_poisons,

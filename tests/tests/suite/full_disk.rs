@@ -1,9 +1,9 @@
 //! A real full disk: a small tmpfs mounted by the test itself, filled by each facet in every
 //! mode until the device answers ENOSPC. Each must end with a typed error and lose no
 //! acknowledged record; then room is freed (a ballast file the test wrote first is removed) and
-//! the log takes writes again: the journal and the push log with the same handle (their failed
-//! append was rolled back), the WAL after a reopen (a failed write poisons its writer, as after
-//! a failed fsync: whether any of the group reached the file is unknown).
+//! the log takes writes again with the same handle: the journal and the push log because their
+//! failed append was rolled back, the WAL because a group that finds no room before its sync
+//! stalls the writer instead of poisoning it, and its retry writes the stalled records.
 //!
 //! Mounting needs root (CI runs as root). With `CI=true` a refused mount fails the test;
 //! elsewhere the test prints one line and passes without running.
@@ -88,7 +88,7 @@ fn is_no_space(err: &VfsError) -> bool {
     matches!(err, VfsError::NoSpace)
 }
 
-fn wal_fills_the_disk_loses_nothing_and_reopens_after_room_is_freed(mode: Mode) {
+fn wal_fills_the_disk_stalls_loses_nothing_and_goes_on_after_room_is_freed(mode: Mode) {
     let Some(disk) = SmallDisk::mount() else {
         return;
     };
@@ -96,45 +96,62 @@ fn wal_fills_the_disk_loses_nothing_and_reopens_after_room_is_freed(mode: Mode) 
     let options = WalOptions::segmented(DurabilityPolicy::FullSync, 256 << 10);
     let wal = Wal::create(disk.vfs(), "log", options, mode).unwrap();
     let acked = Mutex::new(Vec::new());
-    let errors = Mutex::new(Vec::new());
+    // Records whose commit was told `Stalled`: staged, so they must become durable with the
+    // retry, exactly once; and calls refused before staging (`StalledRefused`): never.
+    let stalled = Mutex::new(Vec::new());
+    let refused = Mutex::new(Vec::new());
     std::thread::scope(|scope| {
         for writer in 0..4u64 {
-            let (wal, acked, errors) = (&wal, &acked, &errors);
+            let (wal, acked, stalled, refused) = (&wal, &acked, &stalled, &refused);
             scope.spawn(move || {
                 for i in 0.. {
                     let record = payload(writer, i, 700);
                     match wal.commit_durable(1, &record) {
                         Ok(seq) => acked.lock().unwrap().push((seq.0, record)),
-                        Err(err) => {
-                            errors.lock().unwrap().push(err);
+                        Err(WalError::Write(WalWriteError::Stalled { cause })) => {
+                            assert!(is_no_space(&cause), "{cause:?}");
+                            stalled.lock().unwrap().push(record);
                             return;
                         }
+                        Err(WalError::Write(WalWriteError::StalledRefused { cause })) => {
+                            assert!(is_no_space(&cause), "{cause:?}");
+                            refused.lock().unwrap().push(record);
+                            return;
+                        }
+                        Err(other) => panic!("expected a typed stall on ENOSPC, got {other:?}"),
                     }
                 }
             });
         }
     });
-    // One writer saw the group fail, the others the poisoned writer: both typed, ENOSPC.
-    for err in errors.into_inner().unwrap() {
-        match err {
-            WalError::Write(WalWriteError::Failed { cause })
-            | WalError::Write(WalWriteError::Poisoned { cause }) => {
-                assert!(is_no_space(&cause), "{cause:?}")
-            }
-            other => panic!("expected a typed ENOSPC, got {other:?}"),
-        }
-    }
     let mut acked = acked.into_inner().unwrap();
     acked.sort();
+    let stalled = stalled.into_inner().unwrap();
+    let refused = refused.into_inner().unwrap();
     assert!(
         acked.len() > 1000,
         "only {} records before the disk filled",
         acked.len()
     );
-    drop(wal);
+    assert!(
+        !stalled.is_empty(),
+        "some commit waited on the group that found no room"
+    );
+    // Not poisoned: while the disk is still full, a flush retries and is told so again.
+    assert!(matches!(
+        wal.flush(),
+        Err(WalError::Write(WalWriteError::Stalled { .. }))
+    ));
 
     disk.free_ballast();
-    let (wal, recovery) = Wal::open(disk.vfs(), "log", options, mode).unwrap();
+    // The same handle: the flush writes the stalled records, the next commit goes on.
+    wal.flush()
+        .expect("the stalled records are written once room is back");
+    let next = wal.commit_durable(1, b"after the disk was freed").unwrap();
+    assert!(next >= LogSeq(acked.last().unwrap().0 + 1));
+    drop(wal);
+
+    let (_wal, recovery) = Wal::open(disk.vfs(), "log", options, mode).unwrap();
     let mut by_seq = std::collections::HashMap::new();
     replay_segments(&*disk.vfs(), "log", LogSeq(0), |r| {
         by_seq.insert(r.seq.0, r.payload.to_vec());
@@ -148,12 +165,25 @@ fn wal_fills_the_disk_loses_nothing_and_reopens_after_room_is_freed(mode: Mode) 
         lost, 0,
         "acknowledged records lost after ENOSPC ({recovery:?})"
     );
-    let next = wal.commit_durable(1, b"after the disk was freed").unwrap();
-    assert!(next >= LogSeq(acked.last().unwrap().0 + 1));
+    let count = |record: &Vec<u8>| by_seq.values().filter(|r| *r == record).count();
+    for record in &stalled {
+        assert_eq!(count(record), 1, "a stalled record is written exactly once");
+    }
+    for record in &refused {
+        assert_eq!(count(record), 0, "a refused record was never staged");
+    }
+    assert_eq!(
+        by_seq.len(),
+        acked.len() + stalled.len() + 1,
+        "the log holds the acknowledged, the stalled and the last record, nothing else"
+    );
     println!(
-        "full_disk {}: wal, {} records acknowledged before ENOSPC, 0 lost",
+        "full_disk {}: wal, {} records acknowledged before ENOSPC, {} stalled then written, \
+         {} refused, 0 lost, same handle after room was freed",
         mode.name(),
-        acked.len()
+        acked.len(),
+        stalled.len(),
+        refused.len()
     );
 }
 
@@ -263,7 +293,7 @@ fn push_log_fills_the_disk_rolls_back_and_pushes_again_with_the_same_handle(mode
 }
 
 every_mode!(
-    wal_fills_the_disk_loses_nothing_and_reopens_after_room_is_freed,
+    wal_fills_the_disk_stalls_loses_nothing_and_goes_on_after_room_is_freed,
     journal_fills_the_disk_rolls_back_and_appends_again_with_the_same_writer,
     push_log_fills_the_disk_rolls_back_and_pushes_again_with_the_same_handle,
 );

@@ -433,17 +433,53 @@ fn failed_write_poisons_and_reopen_recovers_the_durable_prefix(mode: Mode) {
     .unwrap();
     wal.commit_durable(1, b"one").unwrap();
     let writes = counters.writes.load(std::sync::atomic::Ordering::SeqCst);
-    counters.fail_write_at(writes + 1, VfsError::NoSpace);
+    counters.fail_write_at(writes + 1, VfsError::Io("EIO".into()));
     let err = wal.commit_durable(1, b"two").unwrap_err();
     assert_eq!(
         err,
         WalError::Write(WalWriteError::Failed {
-            cause: VfsError::NoSpace
+            cause: VfsError::Io("EIO".into())
         })
     );
+    assert!(matches!(
+        wal.commit_durable(1, b"three"),
+        Err(WalError::Write(WalWriteError::Poisoned { .. }))
+    ));
     drop(wal);
     let (records, rec) = read_wal(root.vfs(), "w.wal", mode).unwrap();
     assert_eq!((records.len(), rec.end), (1, LogEnd::Clean));
+}
+
+/// ENOSPC from a write, before the group's sync: the writer stalls instead of poisoning; the
+/// stalled record is written by the next flush, once, and the same handle goes on.
+fn no_room_for_a_write_stalls_and_the_same_writer_goes_on(mode: Mode) {
+    let root = TempRoot::new();
+    let (vfs, counters) = FailingVfs::new(root.vfs());
+    let wal = Wal::create(
+        vfs.clone(),
+        "w.wal",
+        opts(DurabilityPolicy::FullSync, 0),
+        mode,
+    )
+    .unwrap();
+    wal.commit_durable(1, b"one").unwrap();
+    let writes = counters.writes.load(std::sync::atomic::Ordering::SeqCst);
+    counters.fail_write_at(writes + 1, VfsError::NoSpace);
+    assert_eq!(
+        wal.commit_durable(1, b"two").unwrap_err(),
+        WalError::Write(WalWriteError::Stalled {
+            cause: VfsError::NoSpace
+        })
+    );
+    // The fault has passed: the next commit retries "two" first, then stages its own.
+    assert_eq!(wal.commit_durable(1, b"three").unwrap(), LogSeq(2));
+    wal.flush().unwrap();
+    assert_eq!(wal.stats().unwrap().durable_end, LogSeq(3));
+    drop(wal);
+    let (records, rec) = read_wal(root.vfs(), "w.wal", mode).unwrap();
+    let payloads: Vec<&[u8]> = records.iter().map(|r| &r.payload[..]).collect();
+    assert_eq!(payloads, [&b"one"[..], b"two", b"three"]);
+    assert_eq!(rec.end, LogEnd::Clean);
 }
 
 fn retiring_beyond_durable_end_fails_and_within_releases_bytes(mode: Mode) {
@@ -821,6 +857,7 @@ every_mode!(
     failed_sync_poisons_the_writer,
     failed_sync_reaches_every_waiter_and_nothing_later_is_durable,
     failed_write_poisons_and_reopen_recovers_the_durable_prefix,
+    no_room_for_a_write_stalls_and_the_same_writer_goes_on,
     retiring_beyond_durable_end_fails_and_within_releases_bytes,
     oversized_payload_and_group_are_typed_errors_that_consume_nothing,
     confinement_refuses_escapes,

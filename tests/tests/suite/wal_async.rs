@@ -214,6 +214,71 @@ fn a_failed_sync_reaches_all_16_waiting_tasks(mode: Mode) {
     });
 }
 
+/// A group that finds no room at its write stalls the writer: all 16 tasks waiting on it are
+/// told `Stalled` (not poisoned), and the next commit, once the fault has passed, writes their
+/// records first, once each.
+fn a_write_without_room_stalls_16_waiting_tasks_and_the_retry_writes_them(mode: Mode) {
+    if mode == Mode::SandboxedPlain {
+        // As above: no caller waits behind a group in flight (tests/wal.rs covers its stall).
+        return;
+    }
+    let (fault, vfs, gate) = gated();
+    let wal = Wal::create(vfs, "f.wal", options(), mode)
+        .unwrap()
+        .to_async();
+    tokio_runtime(4).block_on(async {
+        wal.commit_durable(1, &payload(99, 0, 32)).await.unwrap();
+        gate.close_gate();
+        let first = tokio::spawn({
+            let wal = wal.clone();
+            async move { wal.commit_durable(1, &payload(99, 1, 32)).await }
+        });
+        until_visible(&wal, 2).await;
+        // The first group is written and held at its sync: the next write is the waiters'.
+        fault.inject(FaultRule {
+            op: OpKind::Write,
+            nth: fault.count(OpKind::Write) + 1,
+            error: InjectedError::NoSpace,
+        });
+        let waiters: Vec<_> = (0..16u64)
+            .map(|t| {
+                let wal = wal.clone();
+                tokio::spawn(async move { wal.commit_durable(1, &payload(t, 0, 32)).await })
+            })
+            .collect();
+        until_visible(&wal, 18).await;
+        gate.open_gate();
+        assert_eq!(first.await.unwrap().unwrap(), LogSeq(1));
+        for w in waiters {
+            let r = w.await.unwrap();
+            assert!(
+                matches!(
+                    r,
+                    Err(WalError::Write(WalWriteError::Stalled {
+                        cause: stele::vfs::VfsError::NoSpace
+                    }))
+                ),
+                "{r:?}"
+            );
+        }
+        assert_eq!(wal.stats().await.unwrap().durable_end, LogSeq(2));
+        let later = wal.commit_durable(1, b"later").await.unwrap();
+        assert_eq!(later, LogSeq(18), "after the 16 stalled records");
+        assert_eq!(wal.stats().await.unwrap().durable_end, LogSeq(19));
+    });
+    drop(wal);
+    let (records, _) = stele_host::read_wal(Arc::new(fault), "f.wal", mode).unwrap();
+    assert_eq!(records.len(), 19);
+    for t in 0..16u64 {
+        let expected = payload(t, 0, 32);
+        let copies = records
+            .iter()
+            .filter(|r| r.payload[..] == expected[..])
+            .count();
+        assert_eq!(copies, 1, "task {t}'s record, once");
+    }
+}
+
 fn cancelled_waiters_lose_nothing(mode: Mode) {
     if mode == Mode::SandboxedPlain {
         // Serialized calls: see a_failed_sync_reaches_all_16_waiting_tasks.
@@ -349,6 +414,7 @@ every_mode!(
     a_dropped_driver_hands_its_calls_over,
     threads_and_tasks_share_one_writer,
     a_failed_sync_reaches_all_16_waiting_tasks,
+    a_write_without_room_stalls_16_waiting_tasks_and_the_retry_writes_them,
     cancelled_waiters_lose_nothing,
 );
 

@@ -1,5 +1,5 @@
 //! The disk ledger: how many bytes one tenant's files hold and may hold, as plain data. It
-//! performs no I/O; [`super::QuotaVfs`] asks it before every call that could grow a file and
+//! performs no I/O; `stele_host::fs::QuotaVfs` asks it before every call that could grow a file and
 //! tells it what each call did.
 //!
 //! A file's **charge** is the larger of its length and the longest live reservation on its

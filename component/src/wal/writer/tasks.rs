@@ -40,6 +40,7 @@ impl WalWriter {
         self: &Arc<Self>,
         records: &[(u16, &[u8])],
     ) -> Result<Range<LogSeq>, WalWriteError> {
+        self.retry_stalled_async().await?;
         let (wait, range) = {
             let mut core = lock(&self.core);
             let range =
@@ -66,11 +67,29 @@ impl WalWriter {
                     cause: cause.clone(),
                 });
             }
+            core.retry_stalled();
             let target = core.visible_end();
             core.register_durable_wait(target);
             DurableWait::registered(self, target)
         };
         wait.until_durable().await
+    }
+
+    /// The thread driver's `retry_stalled` for a task: a stalled writer's records are retried
+    /// before new work.
+    async fn retry_stalled_async(self: &Arc<Self>) -> Result<(), WalWriteError> {
+        let wait = {
+            let mut core = lock(&self.core);
+            if !core.retry_stalled() {
+                return Ok(());
+            }
+            let target = core.visible_end();
+            core.register_durable_wait(target);
+            DurableWait::registered(self, target)
+        };
+        wait.until_durable()
+            .await
+            .map_err(WalWriteError::before_staging)
     }
 
     /// [`WalWriter::commit_many`] for a task: visible on return; if no one leads, this call
@@ -82,6 +101,7 @@ impl WalWriter {
         self: &Arc<Self>,
         records: &[(u16, &[u8])],
     ) -> Result<Range<LogSeq>, WalWriteError> {
+        self.retry_stalled_async().await?;
         let (range, leadership) = {
             let mut core = lock(&self.core);
             let range =
@@ -174,6 +194,11 @@ impl DurableWait {
                         core.deregister_durable_wait(self.target);
                         self.phase = Phase::Done;
                         return Err(WalWriteError::Failed { cause });
+                    }
+                    WaitState::Stalled(cause) => {
+                        core.deregister_durable_wait(self.target);
+                        self.phase = Phase::Done;
+                        return Err(WalWriteError::Stalled { cause });
                     }
                     WaitState::Pending => {}
                 }

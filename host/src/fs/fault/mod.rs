@@ -65,6 +65,12 @@ pub enum InjectedError {
         /// Bytes of the write that reach the file before the error.
         landed_bytes: u64,
     },
+    /// Only the first `landed_bytes` of the write land, then the write fails with ENOSPC: a
+    /// write that filled the device part way.
+    ShortWriteNoSpace {
+        /// Bytes of the write that reach the file before the error.
+        landed_bytes: u64,
+    },
 }
 
 /// Makes the `nth` (1-based) operation of `op` kind fail.
@@ -135,7 +141,7 @@ impl State {
 
 fn injected(err: InjectedError) -> VfsError {
     match err {
-        InjectedError::NoSpace => VfsError::NoSpace,
+        InjectedError::NoSpace | InjectedError::ShortWriteNoSpace { .. } => VfsError::NoSpace,
         InjectedError::Io | InjectedError::ShortWrite { .. } => VfsError::Io("injected EIO".into()),
     }
 }
@@ -297,9 +303,10 @@ impl VfsFile for FaultFile {
         let fault = state.fault_for(OpKind::Write);
         let landed = match fault {
             None => data.len(),
-            Some(InjectedError::ShortWrite { landed_bytes }) => {
-                (landed_bytes as usize).min(data.len())
-            }
+            Some(
+                InjectedError::ShortWrite { landed_bytes }
+                | InjectedError::ShortWriteNoSpace { landed_bytes },
+            ) => (landed_bytes as usize).min(data.len()),
             Some(_) => 0,
         };
         if landed > 0 {
