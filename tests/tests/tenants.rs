@@ -768,3 +768,95 @@ fn killed_journal_and_pushes(root: &std::path::Path, tenant: &str) -> (Vec<u64>,
         .collect();
     (indexes, pushes)
 }
+
+/// The value of the Prometheus line `name{tenant="<tenant>"} value`, or `None`.
+fn scraped(text: &str, name: &str, tenant: &str) -> Option<f64> {
+    let prefix = format!("{name}{{tenant=\"{tenant}\"}} ");
+    text.lines()
+        .find_map(|line| line.strip_prefix(&prefix))
+        .map(|value| value.trim().parse().unwrap())
+}
+
+#[test]
+fn a_tenants_figures_reach_a_prometheus_scrape_across_a_hibernation() {
+    let _alone = one_at_a_time();
+    runtime();
+    for mode in [Mode::Native, Mode::Sandboxed] {
+        // A recorder of this thread's own, so that no other test's figures mix in: every
+        // handle the registry makes is made on this thread, at a call.
+        let recorder = metrics_exporter_prometheus::PrometheusBuilder::new().build_recorder();
+        let scrape = recorder.handle();
+        let root = tempfile::tempdir().unwrap();
+        let quota = stele::vfs::QuotaLimits::unbounded().with_disk_bytes_max(64 << 20);
+        let options = TenantsOptions::default()
+            .with_mode(mode)
+            .with_wal(small_segments())
+            .with_limits(stele_host::SandboxLimits::default().with_quota(quota));
+        let tenants = Tenants::open(root.path(), options).unwrap();
+        let (groups_before, records) = metrics::with_local_recorder(&recorder, || {
+            let log = tenants.wal("carol").unwrap();
+            for i in 0..10 {
+                log.commit_durable(1, &payload(0, i, 100)).unwrap();
+            }
+            log.commit_many(&[(1, &payload(0, 10, 100)), (1, &payload(0, 11, 100))])
+                .unwrap();
+            log.flush().unwrap();
+            let groups_before = log.stats().unwrap().groups;
+            assert!(log.hibernate().unwrap());
+            // A new writer, whose own stats start from zero: the tenant's sums go on.
+            for i in 12..15 {
+                log.commit_durable(1, &payload(0, i, 100)).unwrap();
+            }
+            // Publishes the new writer's figures (they are read at most once a second as
+            // calls come, on `stats()`, and at hibernation).
+            log.stats().unwrap();
+            (groups_before, 15u64)
+        });
+        let text = scrape.render();
+        let value = |name: &str| {
+            scraped(&text, name, "carol")
+                .unwrap_or_else(|| panic!("{}: no {name} for carol in:\n{text}", mode.name()))
+        };
+        let name = mode.name();
+        assert_eq!(
+            value("stele_tenant_records_total"),
+            records as f64,
+            "{name}"
+        );
+        assert_eq!(
+            value("stele_tenant_commit_seconds_count"),
+            14.0,
+            "{name}: 14 commits"
+        );
+        assert_eq!(value("stele_tenant_bytes_total"), 15.0 * 100.0, "{name}");
+        assert_eq!(value("stele_tenant_hibernations_total"), 1.0, "{name}");
+        assert_eq!(value("stele_tenant_resumes_total"), 2.0, "{name}");
+        // 10 durable commits one at a time are 10 groups; the batch and the flush one or two
+        // more; then 3 after the resume, counted on top of the first writer's.
+        let groups = value("stele_tenant_wal_groups_total");
+        assert_eq!(groups, groups_before as f64 + 3.0, "{name}");
+        assert!(groups_before >= 11, "{name}: {groups_before}");
+        assert!(value("stele_tenant_wal_syncs_total") >= groups, "{name}");
+        // Every group is in the histogram once, whichever writer wrote it; each holds one or
+        // two records (bucket floors 1 and 2).
+        assert_eq!(
+            value("stele_tenant_wal_group_records_count"),
+            groups,
+            "{name}"
+        );
+        let sum = value("stele_tenant_wal_group_records_sum");
+        assert!(
+            (groups..=groups + 1.0).contains(&sum),
+            "{name}: {sum} for {groups}"
+        );
+        assert!(value("stele_tenant_disk_used_bytes") > 0.0, "{name}");
+        assert_eq!(
+            value("stele_tenant_disk_limit_bytes"),
+            (64 << 20) as f64,
+            "{name}"
+        );
+        println!(
+            "{name}: {records} records, {groups} groups in two writers, scraped as Prometheus text"
+        );
+    }
+}

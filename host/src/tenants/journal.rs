@@ -12,6 +12,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use stele::journal::{JournalOp, JournalRecovery};
 use stele::vfs::Vfs;
 
+use super::metrics::Writes;
 use super::slot::{Resident, Tenant};
 use super::{Registry, TenantsError};
 use crate::journal::{Journal, JournalError, replay_journal};
@@ -118,7 +119,7 @@ impl TenantJournal {
     /// Runs `f` on the open writer, resumed if hibernated, and counts the call.
     async fn call<T>(
         &self,
-        bytes: usize,
+        writes: Writes,
         f: impl AsyncFnOnce(&mut Journal) -> Result<T, JournalError>,
     ) -> Result<T, TenantsError> {
         let started = std::time::Instant::now();
@@ -141,7 +142,7 @@ impl TenantJournal {
         let result = f(journal.as_mut().expect("opened above"))
             .await
             .map_err(|source| self.journal_error(source));
-        (self.slot.tenant).count(result.is_ok(), true, bytes, started.elapsed());
+        (self.slot.tenant).count(result.is_ok(), writes, started.elapsed());
         self.slot
             .tenant
             .touch(&self.slot.last_used_ms, self.registry.now_ms());
@@ -151,21 +152,25 @@ impl TenantJournal {
     /// [`Journal::append`]: the frames in `buf` are durable when it returns; `buf` comes back
     /// with the same allocation and contents.
     pub async fn append(&self, buf: &mut Vec<u8>) -> Result<(), TenantsError> {
-        let bytes = buf.len();
-        self.call(bytes, async |journal| journal.append(buf).await)
+        let writes = Writes::commit(true, buf.len(), 1);
+        self.call(writes, async |journal| journal.append(buf).await)
             .await
     }
 
     /// [`Journal::compact`]: the journal is `snapshot` when it returns, durably.
     pub async fn compact(&self, snapshot: Vec<u8>) -> Result<(), TenantsError> {
-        self.call(0, async |journal| journal.compact(snapshot).await)
-            .await
+        self.call(Writes::none(true), async |journal| {
+            journal.compact(snapshot).await
+        })
+        .await
     }
 
     /// [`Journal::clean_end`]: where the last whole op ends.
     pub async fn clean_end(&self) -> Result<u64, TenantsError> {
-        self.call(0, async |journal| journal.clean_end().await)
-            .await
+        self.call(Writes::none(false), async |journal| {
+            journal.clean_end().await
+        })
+        .await
     }
 
     /// Every op of the tenant's journal and what recovery found ([`replay_journal`]), read

@@ -522,6 +522,11 @@ impl Registry {
         self.epoch.elapsed().as_millis() as u64
     }
 
+    /// `at` in the registry's milliseconds, without reading the clock.
+    fn ms_at(&self, at: Instant) -> u64 {
+        at.saturating_duration_since(self.epoch).as_millis() as u64
+    }
+
     fn stats_of(&self, tenant: &Tenant) -> TenantStats {
         use std::sync::atomic::Ordering::Relaxed;
         let (opens, hibernations) = (

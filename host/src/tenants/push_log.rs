@@ -8,7 +8,8 @@ use arrow_schema::SchemaRef;
 use stele::push_log::{CompactionPolicy, CompactionReport, ScannedFrame};
 use stele::recovery::LogEnd;
 
-use super::slot::{Facet, Slot};
+use super::metrics::Writes;
+use super::slot::{Facet, Slot, Tenant};
 use super::{Registry, TenantsError};
 use crate::push_log::{PushLog, PushLogCallError};
 
@@ -18,7 +19,7 @@ pub const TENANT_PUSH_LOG_PATH: &str = "push.log";
 impl Facet for Arc<PushLog> {
     /// Every push and compaction is durable when it returns, so there is nothing to settle:
     /// a hibernation only waits for the calls in flight.
-    fn settle(&self, _tenant: &str) -> Result<(), TenantsError> {
+    fn settle(&self, _tenant: &Tenant) -> Result<(), TenantsError> {
         Ok(())
     }
 }
@@ -59,8 +60,7 @@ impl TenantPushLog {
 
     fn call<T>(
         &self,
-        durable: bool,
-        bytes: usize,
+        writes: Writes,
         f: impl FnOnce(&PushLog) -> Result<T, PushLogCallError>,
     ) -> Result<T, TenantsError> {
         let started = Instant::now();
@@ -69,28 +69,29 @@ impl TenantPushLog {
             tenant: self.tenant().to_owned(),
             source,
         });
-        (self.slot.tenant).count(result.is_ok(), durable, bytes, started.elapsed());
+        (self.slot.tenant).count(result.is_ok(), writes, started.elapsed());
         result
     }
 
     /// [`PushLog::append`]: durable when it returns; returns the frame's offset.
     pub fn append(&self, batch: &RecordBatch) -> Result<u64, TenantsError> {
-        self.call(true, batch.get_array_memory_size(), |log| log.append(batch))
+        let writes = Writes::commit(true, batch.get_array_memory_size(), 1);
+        self.call(writes, |log| log.append(batch))
     }
 
     /// [`PushLog::scan_all`]: every frame, and where the log ends.
     pub fn scan_all(&self) -> Result<(Vec<ScannedFrame>, LogEnd), TenantsError> {
-        self.call(false, 0, |log| log.scan_all())
+        self.call(Writes::none(false), |log| log.scan_all())
     }
 
     /// [`PushLog::frame_count`].
     pub fn frame_count(&self) -> Result<usize, TenantsError> {
-        self.call(false, 0, |log| log.frame_count())
+        self.call(Writes::none(false), |log| log.frame_count())
     }
 
     /// [`PushLog::compact`]: durable when it returns.
     pub fn compact(&self) -> Result<CompactionReport, TenantsError> {
-        self.call(true, 0, |log| log.compact())
+        self.call(Writes::none(true), |log| log.compact())
     }
 
     /// [`PushLog::maybe_compact`].
@@ -98,7 +99,7 @@ impl TenantPushLog {
         &self,
         policy: CompactionPolicy,
     ) -> Result<Option<CompactionReport>, TenantsError> {
-        self.call(true, 0, |log| log.maybe_compact(policy))
+        self.call(Writes::none(true), |log| log.maybe_compact(policy))
     }
 
     /// Hibernates the log now if it is open with no call in flight; returns whether it did.

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use stele::vfs::Vfs;
 
-use super::metrics::TenantMetrics;
+use super::metrics::{TenantMetrics, WalGroupFigures, Writes};
 use crate::fs::QuotaVfs;
 
 use super::{Registry, TenantsError, TenantsOptions};
@@ -32,6 +32,8 @@ pub(super) struct Tenant {
     pub(super) hibernations: AtomicU64,
     /// Its `metrics` handles, made at its first call ([`super::metrics`]).
     metrics: OnceLock<Box<TenantMetrics>>,
+    /// Its WAL's group figures, summed over the writers its log has had.
+    pub(super) wal_groups: WalGroupFigures,
     /// Its quota, shared by all its logs, made at the first open when the registry's options
     /// bound one ([`super::TenantsOptions::limits`]) and kept across hibernations, so that its
     /// figures and its rates' debt outlive any one open log.
@@ -50,6 +52,7 @@ impl Tenant {
             hibernations: AtomicU64::new(0),
             quota: OnceLock::new(),
             metrics: OnceLock::new(),
+            wal_groups: WalGroupFigures::default(),
         }
     }
 
@@ -65,15 +68,15 @@ impl Tenant {
             .get_or_init(|| Box::new(TenantMetrics::new(&self.name)))
     }
 
-    /// Counts one call that ended after `elapsed` (its bytes and durability if it succeeded),
-    /// in the tenant's figures and its metrics.
-    pub(super) fn count(&self, ok: bool, durable: bool, bytes: usize, elapsed: Duration) {
-        self.metrics().call(ok, durable, bytes, elapsed);
+    /// Counts one call that ended after `elapsed` (what it wrote, if it succeeded), in the
+    /// tenant's figures and its metrics.
+    pub(super) fn count(&self, ok: bool, writes: Writes, elapsed: Duration) {
+        self.metrics().call(ok, writes, elapsed);
         if !ok {
             return;
         }
-        self.bytes.fetch_add(bytes as u64, Ordering::Relaxed);
-        if durable {
+        self.bytes.fetch_add(writes.bytes as u64, Ordering::Relaxed);
+        if writes.durable {
             self.durable_calls.fetch_add(1, Ordering::Relaxed);
         }
     }
@@ -98,8 +101,8 @@ pub(super) fn address(resident: &dyn Resident) -> *const () {
 /// A facet's open handle that concurrent calls share (a clone each).
 pub(super) trait Facet: Clone + Send + Sync + 'static {
     /// Makes every call acknowledged so far durable, before the handle is dropped to
-    /// hibernate.
-    fn settle(&self, tenant: &str) -> Result<(), TenantsError>;
+    /// hibernate, and hands the tenant what only the handle knows (its WAL's figures).
+    fn settle(&self, tenant: &Tenant) -> Result<(), TenantsError>;
 }
 
 /// Opens a facet's handle over the tenant's directory, under the registry's options: (options,
@@ -187,7 +190,7 @@ impl<H: Facet> Slot<H> {
         let Some(open) = handle.as_ref() else {
             return Ok(false);
         };
-        open.settle(&self.tenant.name)?;
+        open.settle(&self.tenant)?;
         drop(handle.take());
         registry.evict(&self.tenant, self);
         Ok(true)
