@@ -48,6 +48,11 @@ impl TokenBucket {
         }
     }
 
+    /// What the bucket holds when full: its burst, in units.
+    pub fn burst_units(&self) -> u64 {
+        self.capacity as u64
+    }
+
     /// Charges `units` without a clock when the balance covers them, and says whether it did.
     /// The time since the last refill is credited at the next one (capped at the capacity as
     /// always), so deferring it grants nothing a refill now would not have, except after an
@@ -63,6 +68,11 @@ impl TokenBucket {
         } else {
             false
         }
+    }
+
+    /// Gives back `units` charged ahead and not used (up to the capacity).
+    pub fn refund(&mut self, units: u64) {
+        self.balance = (self.balance + units as f64).min(self.capacity);
     }
 
     /// Charges `units` done at `now`; the balance may go below zero.
@@ -165,6 +175,18 @@ mod tests {
             burst <= 2 * 50 + 1,
             "{burst} calls at once after an idle hour"
         );
+    }
+
+    #[test]
+    fn a_refund_gives_back_what_was_charged_ahead_up_to_the_capacity() {
+        let mut bytes = TokenBucket::new(1_000, Duration::ZERO);
+        assert_eq!(bytes.burst_units(), 100);
+        assert!(bytes.charge_if_covered(60));
+        assert!(!bytes.charge_if_covered(60));
+        bytes.refund(50);
+        assert!(bytes.charge_if_covered(60), "40 + 50 left");
+        bytes.refund(1_000);
+        assert!(bytes.charge_if_covered(100) && !bytes.charge_if_covered(1), "capped");
     }
 
     #[test]
