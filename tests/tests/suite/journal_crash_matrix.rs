@@ -11,8 +11,8 @@ use std::sync::Arc;
 use stele::journal::{
     JournalError, JournalFile, JournalOp, SessionState, encode_frames, replay, snapshot_ops,
 };
-use stele::vfs::Vfs;
-use stele_host::fs::{CrashPlan, FaultFs, FaultRule, OpKind};
+use stele::vfs::{OpenMode, Vfs};
+use stele_host::fs::{CrashPlan, FaultFs, FaultRule, OpKind, QuotaVfs};
 use stele_host::{Mode, replay_journal_blocking};
 use stele_tests::ci_line;
 use stele_tests::crash::{
@@ -30,6 +30,10 @@ struct JournalWorkload {
     /// Injected into the run: an append or compaction that fails is not acknowledged, and the
     /// run goes on with the same writer.
     faults: Vec<FaultRule>,
+    /// Runs the journal under a disk quota of this many bytes ([`QuotaVfs`]): appends and
+    /// compactions past it are refused (typed, not acknowledged, the same writer goes on), and
+    /// no crash state may hold more.
+    disk_bytes_max: Option<u64>,
 }
 
 /// Every op appended, in order, with the boundaries that bound each append.
@@ -39,6 +43,8 @@ struct JournalOracle {
     /// One per append: (boundary before its first operation, boundary at its acknowledgment,
     /// ops before it, its op count).
     appends: Vec<(usize, usize, usize, usize)>,
+    /// Appends the quota refused.
+    refusals: u64,
 }
 
 impl JournalOracle {
@@ -80,7 +86,14 @@ impl CrashWorkload for JournalWorkload {
         if self.ack_at_start {
             format!("journal-ack-before-sync-seed{}", self.seed)
         } else {
-            format!("journal-seed{}{}", self.seed, fault_suffix(&self.faults))
+            let quota = self
+                .disk_bytes_max
+                .map_or(String::new(), |max| format!("-quota{max}"));
+            format!(
+                "journal-seed{}{}{quota}",
+                self.seed,
+                fault_suffix(&self.faults)
+            )
         }
     }
 
@@ -89,7 +102,13 @@ impl CrashWorkload for JournalWorkload {
     }
 
     fn run(&self, fs: &FaultFs) -> JournalOracle {
-        let vfs: Arc<dyn Vfs> = Arc::new(fs.clone());
+        let vfs: Arc<dyn Vfs> = match self.disk_bytes_max {
+            None => Arc::new(fs.clone()),
+            Some(max) => {
+                Arc::new(QuotaVfs::with_disk_bytes_max(Arc::new(fs.clone()), max).expect("quota"))
+            }
+        };
+        let at_quota = self.disk_bytes_max.is_some();
         let mut rng = SplitMix(self.seed);
         let mut oracle = JournalOracle::default();
         let mut journal = JournalFile::open_blocking(vfs.clone(), PATH).expect("open");
@@ -103,6 +122,8 @@ impl CrashWorkload for JournalWorkload {
                             JournalError::CompactFailed { .. }
                             | JournalError::CompactNotDurable { .. },
                         ) if !self.faults.is_empty() => {}
+                        // No room for the staged snapshot: the old file stays whole.
+                        Err(JournalError::QuotaExceeded(_)) if at_quota => {}
                         Err(e) => panic!("compact: {e}"),
                     }
                 }
@@ -132,6 +153,11 @@ impl CrashWorkload for JournalWorkload {
                         Err(JournalError::AppendFailed { .. }) if !self.faults.is_empty() => {
                             continue;
                         }
+                        // Refused before any byte of it was written.
+                        Err(JournalError::QuotaExceeded(_)) if at_quota => {
+                            oracle.refusals += 1;
+                            continue;
+                        }
                         Err(e) => panic!("append: {e}"),
                     }
                     let acked = if self.ack_at_start {
@@ -155,6 +181,21 @@ impl CrashWorkload for JournalWorkload {
         oracle: &JournalOracle,
         boundary: usize,
     ) -> Result<(), String> {
+        if let Some(max) = self.disk_bytes_max {
+            // What the crash left (the journal and any staged snapshot): never more than the
+            // quota, whatever was in flight.
+            let vfs: Arc<dyn Vfs> = Arc::new(crashed.clone());
+            let held: u64 = vfs
+                .list("")
+                .map_err(|e| format!("list: {e}"))?
+                .iter()
+                .filter_map(|name| vfs.open(name, OpenMode::Existing).ok())
+                .map(|file| file.len().unwrap_or(0))
+                .sum();
+            if held > max {
+                return Err(format!("{held} bytes on disk after the crash, quota {max}"));
+            }
+        }
         check_recovery(Mode::Native, crashed, oracle, boundary)
     }
 }
@@ -211,6 +252,7 @@ fn journal_crash_matrix_has_no_violations_and_the_component_agrees() {
             steps: 200,
             ack_at_start: false,
             faults: Vec::new(),
+            disk_bytes_max: None,
         };
         let (report, fs, oracle) = explore(&workload);
         report.print();
@@ -256,6 +298,7 @@ fn acknowledging_before_the_sync_fails_the_oracle() {
         steps: 20,
         ack_at_start: true,
         faults: Vec::new(),
+        disk_bytes_max: None,
     };
     let (report, _, _) = explore(&workload);
     ci_line(&format!(
@@ -281,7 +324,37 @@ fn journal_crash_matrix_with_a_failed_dir_sync_or_rename_has_no_violations() {
             steps: 60,
             ack_at_start: false,
             faults,
+            disk_bytes_max: None,
         },
     );
     assert!(runs >= 6, "{runs} faulted runs");
+}
+
+/// The matrix at the quota: appends and compactions under a quota of 12 KiB, so that dozens of
+/// appends are refused and compactions meet the quota for their staged snapshot. Every crash
+/// state holds every acknowledged op, no refused one, and no more bytes than the quota; after
+/// recovery the journal takes an append again.
+#[test]
+fn journal_crash_matrix_at_the_quota_has_no_violations() {
+    const QUOTA: u64 = 12 << 10;
+    let mut total = 0;
+    let mut refusals = 0;
+    for seed in 1..=4 {
+        let workload = JournalWorkload {
+            seed,
+            steps: 200,
+            ack_at_start: false,
+            faults: Vec::new(),
+            disk_bytes_max: Some(QUOTA),
+        };
+        let (report, _, oracle) = explore(&workload);
+        report.print();
+        assert!(report.violations.is_empty(), "{}", report.violations[0]);
+        total += report.states;
+        refusals += oracle.refusals;
+    }
+    ci_line(&format!(
+        "crash-matrix: journal at the quota total states={total} refusals={refusals} violations=0"
+    ));
+    assert!(refusals >= 20, "only {refusals} appends met the quota");
 }

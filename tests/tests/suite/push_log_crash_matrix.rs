@@ -12,8 +12,8 @@ use arrow_array::types::{Int64Type, UInt64Type};
 use arrow_array::{Array, Int64Array, RecordBatch, StringArray, UInt64Array};
 use stele::push_log::{PushLog, PushLogError, refs};
 use stele::recovery::LogEnd;
-use stele::vfs::Vfs;
-use stele_host::fs::{CrashPlan, FaultFs, FaultRule, OpKind};
+use stele::vfs::{OpenMode, Vfs};
+use stele_host::fs::{CrashPlan, FaultFs, FaultRule, OpKind, QuotaVfs};
 use stele_tests::ci_line;
 use stele_tests::crash::{CrashWorkload, SplitMix, explore, explore_fault_schedule, fault_suffix};
 
@@ -60,12 +60,18 @@ struct PushLogWorkload {
     /// Injected into the run: a push or compaction that fails is not acknowledged, and the
     /// run goes on with the same log.
     faults: Vec<FaultRule>,
+    /// Runs the log under a disk quota of this many bytes ([`QuotaVfs`]): pushes and
+    /// compactions past it are refused (typed, not acknowledged, the same log goes on), and no
+    /// crash state may hold more.
+    disk_bytes_max: Option<u64>,
 }
 
 #[derive(Default)]
 struct PushOracle {
     /// Each push's rows, with the boundary before it and the boundary at its acknowledgment.
     pushes: Vec<(usize, usize, Vec<Row>)>,
+    /// Pushes and compactions the quota refused.
+    refusals: u64,
 }
 
 impl CrashWorkload for PushLogWorkload {
@@ -75,7 +81,14 @@ impl CrashWorkload for PushLogWorkload {
         if self.ack_at_start {
             format!("push-log-ack-before-sync-seed{}", self.seed)
         } else {
-            format!("push-log-seed{}{}", self.seed, fault_suffix(&self.faults))
+            let quota = self
+                .disk_bytes_max
+                .map_or(String::new(), |max| format!("-quota{max}"));
+            format!(
+                "push-log-seed{}{}{quota}",
+                self.seed,
+                fault_suffix(&self.faults)
+            )
         }
     }
 
@@ -84,7 +97,13 @@ impl CrashWorkload for PushLogWorkload {
     }
 
     fn run(&self, fs: &FaultFs) -> PushOracle {
-        let vfs: Arc<dyn Vfs> = Arc::new(fs.clone());
+        let vfs: Arc<dyn Vfs> = match self.disk_bytes_max {
+            None => Arc::new(fs.clone()),
+            Some(max) => {
+                Arc::new(QuotaVfs::with_disk_bytes_max(Arc::new(fs.clone()), max).expect("quota"))
+            }
+        };
+        let at_quota = self.disk_bytes_max.is_some();
         let log = PushLog::new(vfs, PATH, refs::schema());
         let mut rng = SplitMix(self.seed);
         let mut oracle = PushOracle::default();
@@ -116,12 +135,16 @@ impl CrashWorkload for PushLogWorkload {
                 // Refused before any write (the pending directory sync failed): nothing of it
                 // can be recovered, and it is not acknowledged.
                 Err(PushLogError::AppendFailed { .. }) if !self.faults.is_empty() => {}
+                // Refused before any byte of it was written.
+                Err(PushLogError::QuotaExceeded(_)) if at_quota => oracle.refusals += 1,
                 Err(e) => panic!("append: {e}"),
             }
             if seq == self.pushes / 2 || seq == self.pushes {
                 match log.compact() {
                     Ok(_) => {}
                     Err(PushLogError::Vfs(_)) if !self.faults.is_empty() => {}
+                    // No room for the staged copy: the old file stays whole.
+                    Err(PushLogError::QuotaExceeded(_)) if at_quota => oracle.refusals += 1,
                     Err(e) => panic!("compact: {e}"),
                 }
             }
@@ -131,6 +154,20 @@ impl CrashWorkload for PushLogWorkload {
 
     fn check(&self, crashed: FaultFs, oracle: &PushOracle, boundary: usize) -> Result<(), String> {
         let vfs: Arc<dyn Vfs> = Arc::new(crashed.clone());
+        if let Some(max) = self.disk_bytes_max {
+            // What the crash left (the log and any staged copy): never more than the quota,
+            // whatever was in flight.
+            let held: u64 = vfs
+                .list("")
+                .map_err(|e| format!("list: {e}"))?
+                .iter()
+                .filter_map(|name| vfs.open(name, OpenMode::Existing).ok())
+                .map(|file| file.len().unwrap_or(0))
+                .sum();
+            if held > max {
+                return Err(format!("{held} bytes on disk after the crash, quota {max}"));
+            }
+        }
         let log = PushLog::new(vfs, PATH, refs::schema());
         let mut scan = log.scan().map_err(|e| format!("scan: {e}"))?;
         let mut recovered: Vec<Row> = Vec::new();
@@ -190,6 +227,7 @@ fn push_log_crash_matrix_has_no_violations() {
             pushes: 24,
             ack_at_start: false,
             faults: Vec::new(),
+            disk_bytes_max: None,
         });
         report.print();
         assert!(report.violations.is_empty(), "{}", report.violations[0]);
@@ -208,6 +246,7 @@ fn acknowledging_before_the_sync_fails_the_oracle() {
         pushes: 6,
         ack_at_start: true,
         faults: Vec::new(),
+        disk_bytes_max: None,
     });
     ci_line(&format!(
         "tier-check: {} states={} violations={} (must be > 0)",
@@ -231,10 +270,38 @@ fn push_log_crash_matrix_with_a_failed_dir_sync_or_rename_has_no_violations() {
             pushes: 12,
             ack_at_start: false,
             faults,
+            disk_bytes_max: None,
         },
     );
     assert!(
         runs >= 5,
         "3 directory syncs and 2 renames, at least: {runs}"
     );
+}
+
+/// The matrix at the quota: pushes and two compactions under a quota of 64 KiB, so that the
+/// later pushes are refused and a compaction meets the quota for its staged copy. Every crash
+/// state holds every acknowledged push, no refused one, and no more bytes than the quota;
+/// after recovery the log takes a push again.
+#[test]
+fn push_log_crash_matrix_at_the_quota_has_no_violations() {
+    let mut total = 0;
+    let mut refusals = 0;
+    for seed in 1..=4 {
+        let (report, _, oracle) = explore(&PushLogWorkload {
+            seed,
+            pushes: 24,
+            ack_at_start: false,
+            faults: Vec::new(),
+            disk_bytes_max: Some(64 << 10),
+        });
+        report.print();
+        assert!(report.violations.is_empty(), "{}", report.violations[0]);
+        total += report.states;
+        refusals += oracle.refusals;
+    }
+    ci_line(&format!(
+        "crash-matrix: push-log at the quota total states={total} refusals={refusals} violations=0"
+    ));
+    assert!(refusals >= 8, "only {refusals} pushes met the quota");
 }

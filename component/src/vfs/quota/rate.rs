@@ -186,7 +186,10 @@ mod tests {
         bytes.refund(50);
         assert!(bytes.charge_if_covered(60), "40 + 50 left");
         bytes.refund(1_000);
-        assert!(bytes.charge_if_covered(100) && !bytes.charge_if_covered(1), "capped");
+        assert!(
+            bytes.charge_if_covered(100) && !bytes.charge_if_covered(1),
+            "capped"
+        );
     }
 
     #[test]
