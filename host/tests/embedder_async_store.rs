@@ -269,3 +269,93 @@ fn allow_blocking_current_thread_runs_the_syncs_on_the_stores_thread() {
     assert!(!commit_sync_threads.is_empty());
     assert!(commit_sync_threads.iter().all(|&t| t == store_thread));
 }
+
+/// A guest in another language keeps its journal with the ops as data (`append-ops`,
+/// `compact-ops`): the async build frames them as the engine frames its own, and the native
+/// replay reads exactly the state they make.
+#[test]
+fn the_async_journal_takes_ops_as_data_and_frames_them_as_the_engine_does() {
+    use stele_host::bindings::engine_async::exports::stele::log::journal::{JournalOp, SetOp};
+    let dir = tempfile::tempdir().unwrap();
+    let vfs: Arc<dyn Vfs> = Arc::new(RealFs::open_root(dir.path()).unwrap());
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let mut config = Config::new();
+        config.wasm_component_model_async(true);
+        let engine = Engine::new(&config).unwrap();
+        let component = Component::new(&engine, COMPONENT_ASYNC_WASM).unwrap();
+        let mut linker = Linker::<Host>::new(&engine);
+        wasmtime_wasi::p2::add_to_linker_async(&mut linker).unwrap();
+        stele_host::add_to_linker_async(&mut linker).unwrap();
+        let mut store = Store::new(
+            &engine,
+            Host {
+                wasi: WasiCtx::builder().build(),
+                table: ResourceTable::new(),
+                stele: SteleCtx::new(vfs.clone()),
+            },
+        );
+        let bindings = EngineAsync::instantiate_async(&mut store, &component, &linker)
+            .await
+            .unwrap();
+        store
+            .run_concurrent(async |acc| {
+                let put = |key: &str, value: &str| {
+                    JournalOp::Set(SetOp {
+                        key: key.into(),
+                        value: value.into(),
+                    })
+                };
+                let api = bindings.stele_log_journal_async().writer();
+                let writer = api.call_open(acc, "j".to_owned()).await.unwrap().unwrap();
+                let ops = vec![
+                    put("a", "1"),
+                    put("b", "2"),
+                    JournalOp::Clear,
+                    put("c", "3"),
+                ];
+                api.call_append_ops(acc, writer, ops)
+                    .await
+                    .unwrap()
+                    .unwrap();
+                let snapshot = vec![put("c", "3"), put("d", "4")];
+                api.call_compact_ops(acc, writer, snapshot)
+                    .await
+                    .unwrap()
+                    .unwrap();
+                let delete = vec![JournalOp::Delete(b"c".to_vec())];
+                api.call_append_ops(acc, writer, delete)
+                    .await
+                    .unwrap()
+                    .unwrap();
+            })
+            .await
+            .unwrap();
+    });
+    let (ops, _) = stele::journal::replay(&*vfs, "j").unwrap();
+    let state = stele::journal::SessionState::fold(&ops);
+    let expected = stele::journal::SessionState::fold(&[stele::journal::JournalOp::Set {
+        key: b"d".to_vec(),
+        value: b"4".to_vec(),
+    }]);
+    assert_eq!(state, expected);
+    // Framed by the engine: the bytes are the ones a native writer makes for the same ops.
+    let bytes = std::fs::read(dir.path().join("j")).unwrap();
+    let native = stele::journal::encode_frames(&[
+        stele::journal::JournalOp::Set {
+            key: b"c".to_vec(),
+            value: b"3".to_vec(),
+        },
+        stele::journal::JournalOp::Set {
+            key: b"d".to_vec(),
+            value: b"4".to_vec(),
+        },
+    ]);
+    assert!(
+        bytes.windows(native.len()).any(|w| w == native),
+        "the compacted snapshot's frames, byte for byte"
+    );
+}

@@ -6,7 +6,10 @@
 use std::cell::RefCell;
 use std::sync::Arc;
 
-use crate::journal::{JournalError, JournalFile, JournalOp, JournalRecovery, replay};
+use crate::frame::BODY_BYTES_MAX;
+use crate::journal::{
+    APPEND_BYTES_MAX, JournalError, JournalFile, JournalOp, JournalRecovery, encode_frames, replay,
+};
 use crate::vfs::ReadyIo;
 
 use super::Component;
@@ -67,6 +70,38 @@ pub(crate) fn wit_op(op: JournalOp) -> wit::JournalOp {
     }
 }
 
+/// Ops a guest passed as data, framed as the engine frames its own (`append-ops`,
+/// `compact-ops`): the one place a foreign guest's ops become frame bytes. An op whose body
+/// would pass a frame's bound is refused here, typed, before framing (which would not hold it);
+/// every other bound is the framed call's own (`check_append`).
+pub(crate) fn framed(ops: Vec<wit::JournalOp>) -> Result<Vec<u8>, wit::JournalError> {
+    // Tag, then each byte string with its 4-byte length (`JournalOp::encode_body`).
+    let body_bytes = |op: &wit::JournalOp| match op {
+        wit::JournalOp::Set(set) => 9 + set.key.len() + set.value.len(),
+        wit::JournalOp::Delete(key) => 5 + key.len(),
+        wit::JournalOp::Clear => 1,
+    };
+    if let Some(bytes) = ops
+        .iter()
+        .map(body_bytes)
+        .find(|&bytes| bytes > BODY_BYTES_MAX)
+    {
+        return Err(journal_error(JournalError::AppendTooLarge {
+            bytes,
+            bytes_max: APPEND_BYTES_MAX,
+        }));
+    }
+    let ops: Vec<JournalOp> = ops
+        .into_iter()
+        .map(|op| match op {
+            wit::JournalOp::Set(wit::SetOp { key, value }) => JournalOp::Set { key, value },
+            wit::JournalOp::Delete(key) => JournalOp::Delete { key },
+            wit::JournalOp::Clear => JournalOp::Clear,
+        })
+        .collect();
+    Ok(encode_frames(&ops))
+}
+
 pub(crate) fn replay_export(
     path: &str,
 ) -> Result<(Vec<wit::JournalOp>, wit::JournalRecovery), wit::JournalError> {
@@ -98,6 +133,14 @@ impl wit::GuestWriter for GuestJournal {
             .borrow_mut()
             .append_blocking(&frames)
             .map_err(journal_error)
+    }
+
+    fn append_ops(&self, ops: Vec<wit::JournalOp>) -> Result<(), wit::JournalError> {
+        self.append(framed(ops)?)
+    }
+
+    fn compact_ops(&self, ops: Vec<wit::JournalOp>) -> Result<(), wit::JournalError> {
+        self.compact(framed(ops)?)
     }
 
     fn compact(&self, snapshot: Vec<u8>) -> Result<(), wit::JournalError> {

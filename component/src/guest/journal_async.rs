@@ -9,7 +9,7 @@ use super::Component;
 use super::baton::Baton;
 use super::exports::stele::log::journal as wit_types;
 use super::exports::stele::log::journal_async as wit;
-use super::journal::{journal_error, replay_export};
+use super::journal::{framed, journal_error, replay_export};
 use super::wit_io::WitIo;
 
 /// One journal writer.
@@ -37,6 +37,24 @@ impl wit::GuestWriter for AsyncJournal {
     async fn append(&self, frames: Vec<u8>) -> Result<(), wit_types::JournalError> {
         let mut file = self.0.take().await;
         file.append(&frames).await.map_err(journal_error)
+    }
+
+    async fn append_ops(
+        &self,
+        ops: Vec<wit_types::JournalOp>,
+    ) -> Result<(), wit_types::JournalError> {
+        let frames = framed(ops)?;
+        let mut file = self.0.take().await;
+        file.append(&frames).await.map_err(journal_error)
+    }
+
+    async fn compact_ops(
+        &self,
+        ops: Vec<wit_types::JournalOp>,
+    ) -> Result<(), wit_types::JournalError> {
+        let snapshot = framed(ops)?;
+        let mut file = self.0.take().await;
+        file.compact(&snapshot).await.map_err(journal_error)
     }
 
     async fn compact(&self, snapshot: Vec<u8>) -> Result<(), wit_types::JournalError> {
