@@ -809,14 +809,13 @@ impl GroupCommit {
             "completed group was not in flight"
         );
         self.seal_in_flight = false;
-        let batches = std::mem::take(&mut self.in_flight_batches);
         match result {
             Err(error) if error.retriable() => {
                 // As if never polled: the batches lead `pending` again, in seq order, and a
                 // seal is asked again. `write_offset`, the projection and the reservations
                 // were made for exactly this landing, so they stand.
                 self.pending_records += group.records;
-                for batch in batches.into_iter().rev() {
+                for batch in self.in_flight_batches.drain(..).rev() {
                     self.pending.push_front(batch);
                 }
                 self.seal_requested |= group.seals;
@@ -829,6 +828,9 @@ impl GroupCommit {
                 self.stall = Some(error.cause);
             }
             Ok(()) => {
+                // Cleared, not taken: the vector's room serves the next group, so a group
+                // allocates nothing here.
+                self.in_flight_batches.clear();
                 assert_eq!(
                     group.seqs.start, self.durable_end,
                     "groups complete in seq order"
@@ -874,6 +876,7 @@ impl GroupCommit {
                 }
             }
             Err(GroupError { cause, .. }) => {
+                self.in_flight_batches.clear();
                 self.failure = Some(cause);
                 // A poisoned writer writes nothing more: the room it held is free.
                 self.reservations.clear();
