@@ -125,7 +125,9 @@ fn from_source(workspace: &Path, out_dir: &Path) {
     );
     let stele_wasi = guest_dir.join("stele-wasi.wasm");
     let composer = compose_tool(workspace, &guest_dir);
-    plug(&composer, &engine, &adapter, &stele_wasi);
+    // Re-exported: the adapter's `vfs`, so that a guest plugged with stele-wasi.wasm has its
+    // `vfs` import (the types `wal` uses) satisfied too (component/compose/src/main.rs).
+    plug(&composer, &engine, &adapter, &stele_wasi, true);
     let embedded = out_dir.join("stele-wasi.wasm");
     std::fs::copy(&stele_wasi, &embedded)
         .unwrap_or_else(|e| panic!("copy {} to OUT_DIR: {e}", stele_wasi.display()));
@@ -139,7 +141,7 @@ fn from_source(workspace: &Path, out_dir: &Path) {
         "stele-example-plugin.wasm",
     );
     let composed_plugin = guest_dir.join("example-plugin.wasm");
-    plug(&composer, &plugin, &engine, &composed_plugin);
+    plug(&composer, &plugin, &engine, &composed_plugin, false);
     export("STELE_EXAMPLE_PLUGIN_WASM", &composed_plugin);
 }
 
@@ -250,13 +252,15 @@ fn remapped_paths() -> String {
         .unwrap_or_default()
 }
 
-/// `wac plug socket --plug plug -o out`: the plug's exports satisfy the socket's imports. Runs
-/// `stele-compose` (`component/compose`, the `wac-graph` library), which `compose_tool` built.
-fn plug(tool: &Path, socket: &Path, plug: &Path, out: &Path) {
+/// `wac plug socket --plug plug -o out`: the plug's exports satisfy the socket's imports; with
+/// `re_export`, the composition also exports what the plug gave. Runs `stele-compose`
+/// (`component/compose`, the `wac-graph` library), which `compose_tool` built.
+fn plug(tool: &Path, socket: &Path, plug: &Path, out: &Path, re_export: bool) {
     let status = Command::new(tool)
         .arg(socket)
         .arg(plug)
         .arg(out)
+        .args(re_export.then_some("--re-export"))
         .status()
         .unwrap_or_else(|e| panic!("run {}: {e}", tool.display()));
     assert!(

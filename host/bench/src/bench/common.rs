@@ -83,6 +83,10 @@ pub enum Workload {
     /// Per-tenant quotas: commits with every limit set far away against none (the
     /// accounting's cost), and a tenant capped at 500 syncs/s (the throttle's accuracy).
     Quota,
+    /// Guests in other languages (Python, JavaScript) beside the Rust plugin: size, compile,
+    /// cached start, commits through `stele:log/wal`. Not in the default set: it needs
+    /// python3, node and npm, and builds the guests on its first run.
+    Guests,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq)]

@@ -15,6 +15,7 @@ use stele_host::{Mode, Wal};
 
 mod archive;
 mod common;
+mod guests;
 mod quota;
 mod sandbox;
 mod tenants;
@@ -389,6 +390,10 @@ pub fn run(dir: &Path, args: &BenchArgs) -> Result<()> {
     if args.workloads.contains(&Workload::Plugin) {
         progress().set_message("plugin");
         sandbox::plugin_table(dir, args)?;
+    }
+    if args.workloads.contains(&Workload::Guests) {
+        progress().set_message("guests");
+        guests::guests_table(dir, args)?;
     }
     if args.workloads.contains(&Workload::Archive) {
         progress().set_message("archive");

@@ -107,12 +107,12 @@ pub(crate) fn cold_start_table(dir: &Path) -> Result<()> {
 
 /// One plugin-table measurement: records/s and CPU µs per record.
 #[derive(Clone, Copy)]
-struct Rate {
-    records_per_s: f64,
-    cpu_us_per_record: f64,
+pub(super) struct Rate {
+    pub(super) records_per_s: f64,
+    pub(super) cpu_us_per_record: f64,
 }
 
-fn rate(records: usize, started: Instant, cpu_started: f64) -> Rate {
+pub(super) fn rate(records: usize, started: Instant, cpu_started: f64) -> Rate {
     Rate {
         records_per_s: records as f64 / started.elapsed().as_secs_f64(),
         cpu_us_per_record: (process_cpu_seconds() - cpu_started) * 1e6 / records as f64,
