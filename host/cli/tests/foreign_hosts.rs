@@ -3,8 +3,7 @@
 //! - wasmtime with `wasmtime-wasi` alone linked and one preopened directory: no Stele host
 //!   code serves anything;
 //! - Node.js, through `jco transpile` and `@bytecodealliance/preview2-shim`, installed from npm
-//!   into `target/jco` on first use. Without `node` and `npm` on PATH that test is skipped with
-//!   a loud message.
+//!   into `target/jco` on first use. Without `node` and `npm` on PATH that test fails.
 //!
 //! Either way the log lands in a real directory, and Stele's own reader and the `stele` CLI
 //! must read it back: the same records, and the same bytes as a native writer makes.
@@ -418,22 +417,19 @@ fn wasmtime_wasi_alone_runs_segments_and_the_journal() {
     );
 }
 
-/// `node` and `npm`, or `None` after a loud message.
-fn node_and_npm() -> Option<()> {
-    let works = |cmd: &str| {
-        Command::new(cmd)
+/// `node` and `npm` on PATH, or a failure that says which is missing: the test needs both and
+/// does not skip itself (a skipped host is an untested one).
+fn require_node_and_npm() {
+    for cmd in ["node", "npm"] {
+        let works = Command::new(cmd)
             .arg("--version")
             .output()
-            .is_ok_and(|o| o.status.success())
-    };
-    if works("node") && works("npm") {
-        return Some(());
+            .is_ok_and(|o| o.status.success());
+        assert!(
+            works,
+            "the Node.js host test needs `{cmd}` on PATH (Node.js 18 or later, with npm)"
+        );
     }
-    eprintln!(
-        "\n*** SKIPPED: the Node.js host test needs `node` and `npm` on PATH, and this machine \
-         lacks one. stele-wasi.wasm was NOT run under Node.js. ***\n"
-    );
-    None
 }
 
 /// The jco tools, installed by npm into `target/jco` (exact versions) on first use.
@@ -464,9 +460,7 @@ fn run(cmd: &mut Command) {
 #[test]
 fn node_through_jco_appends_and_reads_back() {
     const RECORDS: usize = 200;
-    if node_and_npm().is_none() {
-        return;
-    }
+    require_node_and_npm();
     let tools = workspace_target().join("jco");
     std::fs::create_dir_all(&tools).unwrap();
     let installed = NPM_PACKAGES.iter().all(|spec| {
