@@ -14,7 +14,8 @@
 //! the guest and goes on, and reads its log back in the guest; then it keeps a key/value state
 //! in a journal, as ops (`append-ops`: the engine frames them). Then this test reads the log
 //! natively, record by record, `stele verify` checks it, and `stele journal dump` reads the
-//! journal's state.
+//! journal's state. Under `stele-host`, a guest then runs past a tighter memory bound: its call
+//! traps, typed (`SandboxError::MemoryLimit`), and a new instance finds the log whole.
 //!
 //! The tools install, pinned, into `target/guests/` on the first run and the built components
 //! are cached there (`host/examples/guests/build_guests.rs`); nothing is skipped: a machine
@@ -33,7 +34,7 @@ use build_guests::{Built, Language};
 use stele::wal::record::PAYLOAD_BYTES_MAX;
 use stele_host::fs::RealFs;
 use stele_host::runtime::Runtime;
-use stele_host::{Mode, SandboxLimits, read_wal};
+use stele_host::{Mode, SandboxError, SandboxLimits, read_wal};
 use wasmtime::component::{Component, Linker, ResourceTable};
 use wasmtime::{AsContextMut, Engine, Store};
 use wasmtime_wasi::{FsPerms, WasiCtx, WasiCtxView, WasiView};
@@ -54,6 +55,10 @@ const RECORDS: usize = 1_000;
 /// Records per `record-events` call: each call is one guest call that commits this many, one
 /// `commit-durable` each.
 const RECORDS_PER_CALL: usize = 100;
+
+/// A memory bound each guest runs under (its interpreter's heap included) but that a payload
+/// past the WAL's bound does not fit: the string crosses into the guest, which copies it.
+const MEMORY_TIGHT_BYTES: usize = 128 << 20;
 
 /// The log's name, inside the directory the host gives the guest.
 const LOG: &str = "events.wal";
@@ -308,7 +313,52 @@ fn under_stele_host(language: Language) {
         .unwrap_or_else(|e| panic!("instantiate: {:?}", Runtime::trap_error(e)));
     let refusals = exercise(&mut store, &guest);
     assert_typed(language, &refusals);
+    drop(store);
     assert_log_on_disk(&root);
+
+    // Past its memory bound the guest traps, typed, and only its instance is lost: a new
+    // instance of the same component, in a new store, finds the log whole.
+    let fs = Arc::new(RealFs::open_root(&root).unwrap());
+    let tight = SandboxLimits::default()
+        .with_memory_bytes_max(MEMORY_TIGHT_BYTES)
+        .with_open_files_max(8);
+    let mut store = runtime.vfs_store(fs.clone(), tight);
+    let guest = EventsGuest::instantiate(&mut store, &component, &linker)
+        .unwrap_or_else(|e| panic!("instantiate: {:?}", Runtime::trap_error(e)));
+    let next = guest
+        .call_open_log(&mut store, LOG, DurabilityPolicy::FullSync)
+        .unwrap();
+    assert_eq!(next, Ok(RECORDS as u64 + 1));
+    let trap = guest
+        .call_record_events(&mut store, &["z".repeat(PAYLOAD_BYTES_MAX + 1)])
+        .expect_err("a payload that does not fit the guest's memory bound traps");
+    match Runtime::trap_error(trap) {
+        SandboxError::MemoryLimit {
+            limit_bytes,
+            requested_bytes,
+        } => assert!(
+            limit_bytes == MEMORY_TIGHT_BYTES && requested_bytes > limit_bytes,
+            "{limit_bytes} {requested_bytes}"
+        ),
+        other => panic!("a trap past the memory bound is typed: {other:?}"),
+    }
+    assert!(
+        guest.call_close_log(&mut store).is_err(),
+        "the trapped instance refuses later calls"
+    );
+    drop(store); // its handles, and the log's lock, go with it
+    let mut store = runtime.vfs_store(fs, SandboxLimits::default());
+    let guest = EventsGuest::instantiate(&mut store, &component, &linker).unwrap();
+    let next = guest
+        .call_open_log(&mut store, LOG, DurabilityPolicy::FullSync)
+        .unwrap();
+    assert_eq!(
+        next,
+        Ok(RECORDS as u64 + 1),
+        "nothing of the trapped call landed"
+    );
+    let events = guest.call_read_events(&mut store, 1).unwrap().unwrap();
+    assert_eq!(events.len(), RECORDS);
 }
 
 struct WasiOnly {
