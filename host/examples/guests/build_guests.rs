@@ -17,18 +17,20 @@
 //!   guest with `stele.wasm` plugged into its `stele:log/wal` import (it imports
 //!   `stele:log/vfs`, which a Stele host serves), and `events-<language>-wasi.wasm`, with
 //!   `stele-wasi.wasm` instead (its only storage is `wasi:filesystem`), each keyed by the
-//!   guest's and the engine's bytes.
+//!   guest's, the engine's and the composer's bytes.
 //!
 //! Nothing is skipped: a missing `python3` (with `venv`), `node` or `npm` is an error that says
 //! which. Files are written under a temporary name and renamed, so a reader never sees half a
-//! component; two processes building at once each build and the later rename wins (the tools'
-//! install is not shared that way: run one build at a time after changing a pin). Nothing is
-//! written outside `target/guests/`.
+//! component; in one process builds take turns, and two processes building at once each build
+//! and the later rename wins (the tools' install is not shared that way: run one build at a
+//! time after changing a pin). Nothing is written outside `target/guests/`.
 
 use std::collections::hash_map::DefaultHasher;
 use std::hash::Hasher;
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
 /// A guest language, with where its example lives and how it is built.
@@ -82,6 +84,12 @@ pub fn build(
     engine: &[u8],
     wasi: &[u8],
 ) -> Result<Built, String> {
+    // One build at a time in a process: both languages share `target/guests/wit` (a test
+    // process builds them from two threads).
+    static BUILDING: Mutex<()> = Mutex::new(());
+    let _one_at_a_time = BUILDING
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
     let out = workspace.join("target").join("guests");
     let example = workspace.join("host/examples/guests").join(language.name());
     let wit = assemble_wit(workspace, &out)?;
@@ -95,14 +103,17 @@ pub fn build(
     for source in language.sources() {
         key.add_file(&example.join(source))?;
     }
-    for entry in sorted_files(&wit)? {
+    for entry in sorted_files(&wit)?
+        .into_iter()
+        .chain(sorted_files(&wit.join("deps/stele"))?)
+    {
         key.add_file(&entry)?;
     }
     let build_seconds = if key.matches(&guest)? {
         None
     } else {
         let started = Instant::now();
-        let building = dir.join(format!("guest.{}.building.wasm", std::process::id()));
+        let building = dir.join(format!("guest.{}.building.wasm", unique()));
         let mut cmd = match language {
             Language::Python => {
                 // The sources are copied out first: importing them (componentize-py does, to
@@ -149,19 +160,21 @@ pub fn build(
         ));
     }
     let guest_bytes = read(&guest)?;
+    let composer_bytes = read(&composer)?;
     let mut composed = Vec::new();
     for (suffix, plug_name, plug) in [("", "stele", engine), ("-wasi", "stele-wasi", wasi)] {
         let target = out.join(format!("events-{}{suffix}.wasm", language.name()));
         let mut key = Key::new();
         key.add(&guest_bytes);
         key.add(plug);
+        key.add(&composer_bytes);
         if !key.matches(&target)? {
             // The plug's file name is the package name `wac plug` gives it (`plug:<stem>`).
-            let plug_dir = out.join(format!("plug.{}", std::process::id()));
+            let plug_dir = out.join(format!("plug.{}", unique()));
             mkdir(&plug_dir)?;
             let plug_path = plug_dir.join(format!("{plug_name}.wasm"));
             write(&plug_path, plug)?;
-            let building = target.with_extension(format!("{}.building.wasm", std::process::id()));
+            let building = target.with_extension(format!("{}.building.wasm", unique()));
             let result = run(Command::new(&composer)
                 .arg(&guest)
                 .arg(&plug_path)
@@ -330,10 +343,21 @@ fn read(path: &Path) -> Result<Vec<u8>, String> {
 /// Writes `bytes` under a temporary name and renames it over `path`.
 fn write(path: &Path, bytes: &[u8]) -> Result<(), String> {
     let mut temporary = path.as_os_str().to_owned();
-    temporary.push(format!(".{}.tmp", std::process::id()));
+    temporary.push(format!(".{}.tmp", unique()));
     let temporary = PathBuf::from(temporary);
     std::fs::write(&temporary, bytes).map_err(|e| format!("write {}: {e}", temporary.display()))?;
     rename(&temporary, path)
+}
+
+/// A name no other writer in this process or another uses at the same time: the process id
+/// and a count.
+fn unique() -> String {
+    static COUNT: AtomicU64 = AtomicU64::new(0);
+    format!(
+        "{}-{}",
+        std::process::id(),
+        COUNT.fetch_add(1, Ordering::Relaxed)
+    )
 }
 
 fn rename(from: &Path, to: &Path) -> Result<(), String> {
