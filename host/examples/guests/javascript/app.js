@@ -1,8 +1,9 @@
-// A JavaScript component that keeps an event log and a key/value state in Stele (world `events-guest`,
-// `host/examples/guests/wit/world.wit`).
+// A JavaScript component that keeps an event log and a key/value state in Stele (world
+// `events-guest`, `host/examples/guests/wit/world.wit`).
 //
-// It sees Stele only through the `stele:log/wal` and `stele:log/journal` imports: composed with `stele.wasm`, the engine
-// serves that import inside the composed component, and the host serves the engine's storage.
+// It sees Stele only through the `stele:log/wal` and `stele:log/journal` imports: composed with
+// `stele.wasm`, the engine serves those imports inside the composed component, and the host
+// serves the engine's storage.
 // Built with componentize-js (`npm run build`, see package.json), from `wit/`: `world.wit` and
 // `wit/deps/stele/`, Stele's WIT (`wit/` of the checkout, or of the `stele-components` package).
 //

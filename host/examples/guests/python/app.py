@@ -1,9 +1,9 @@
-"""A Python component that keeps an event log and a key/value state in Stele (world `events-guest`,
-`host/examples/guests/wit/world.wit`).
+"""A Python component that keeps an event log and a key/value state in Stele (world
+`events-guest`, `host/examples/guests/wit/world.wit`).
 
-It sees Stele only through the `stele:log/wal` and `stele:log/journal` imports: composed with `stele.wasm`, the
-engine serves that import inside the composed component, and the host serves the engine's
-storage. Built with `componentize-py`:
+It sees Stele only through the `stele:log/wal` and `stele:log/journal` imports: composed with
+`stele.wasm`, the engine serves those imports inside the composed component, and the host
+serves the engine's storage. Built with `componentize-py`:
 
     componentize-py -d wit -w events-guest componentize app -o events-python.wasm
 
